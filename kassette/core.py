@@ -1,0 +1,619 @@
+"""Runs and sessions: the record/replay primitives every kassette workflow is built from.
+
+A *run* is one journal. Each invocation opens a *session*: it reads the journal, takes the
+storage lock, and appends a `start` entry numbered one above every session already there.
+Inside the session, `record` answers a step from the journal when it is there and runs it live
+(appending its result) when it is not; `wait_for_event` does the same for suspends. Every
+append is a compare-and-swap on the storage token: when the journal moved under us, a newer
+session there means this one is fenced (`FencedError`, or `CancelledError` if the newer session
+canceled the run); otherwise the append is retried, recognising an entry of ours that landed
+although its write reported failure, so nothing is ever journaled twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from kassette.clock import Clock, SystemClock
+from kassette.errors import (
+    CancelledError,
+    ConflictError,
+    EventNotPendingError,
+    FencedError,
+    InvalidArgumentError,
+    MetadataMismatchError,
+    ReplayMismatchError,
+    RunNotFoundError,
+    StorageError,
+    Suspended,
+    TerminalRunError,
+    VersionMismatchError,
+)
+from kassette.journal import (
+    Entry,
+    Journal,
+    RunStatus,
+    check_json,
+    encode,
+    format_timestamp,
+    parse_timestamp,
+    validate_name,
+    validate_run_id,
+)
+from kassette.storage import Storage
+
+__all__ = [
+    "Run",
+    "StepIds",
+    "cancel_run",
+    "fork_run",
+    "open_run",
+    "read_journal",
+    "run_status",
+]
+
+T = TypeVar("T")
+StepKind = Literal["step", "sleep", "parallel"]
+_APPEND_ATTEMPTS = 5
+_OPEN_ATTEMPTS = 20
+_UNSET: Any = object()
+
+
+class StepIds:
+    """Step and event ids for one scope: `name`, `name#2`, ... each prefixed by the scope.
+
+    The root scope has no prefix; a parallel branch's scope is `block/branch/`.
+    """
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self._counts: dict[str, int] = {}
+
+    def next(self, name: str, what: str = "step") -> str:
+        validate_name(name, what)
+        count = self._counts.get(name, 0) + 1
+        self._counts[name] = count
+        return f"{self.prefix}{name}" if count == 1 else f"{self.prefix}{name}#{count}"
+
+
+def read_journal(storage: Storage, run_id: str) -> Journal:
+    """The run's parsed journal; `RunNotFoundError` when there is none."""
+    snapshot = storage.read(validate_run_id(run_id))
+    if snapshot is None:
+        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+    return Journal.parse(snapshot.data, run_id)
+
+
+def run_status(storage: Storage, run_id: str) -> RunStatus:
+    """The run's status, derived from its journal."""
+    return read_journal(storage, run_id).status()
+
+
+def _ensure_open(journal: Journal) -> None:
+    terminal = journal.terminal
+    if terminal is None:
+        return
+    error = CancelledError if terminal["type"] == "cancel" else TerminalRunError
+    raise error(
+        f"run {journal.run_id} already ended with {terminal['type']!r} at offset "
+        f"{terminal['offset']}",
+        run_id=journal.run_id,
+        offset=terminal["offset"],
+    )
+
+
+@dataclass(frozen=True)
+class _Fork:
+    """What a fork copies: the source's entries before `offset`, and where they came from."""
+
+    source_run_id: str
+    offset: int
+    prefix: list[Entry]
+    metadata: Any
+
+
+def _plan_fork(storage: Storage, run_id: str, offset: int | None, step: str | None) -> _Fork:
+    if (offset is None) == (step is None):
+        raise InvalidArgumentError("fork needs exactly one of offset or step", run_id=run_id)
+    source = read_journal(storage, run_id)
+    if step is not None:
+        cut = next(
+            (
+                e["offset"]
+                for e in source.entries
+                if e.get("stepId") == step and e["type"] == "step"
+            ),
+            None,
+        )
+        if cut is None:
+            raise InvalidArgumentError(
+                f"run {run_id} has no step {step!r}", run_id=run_id, step_id=step
+            )
+    else:
+        if type(offset) is not int or offset < 0:
+            raise InvalidArgumentError(
+                f"fork offset must be an int >= 0, not {offset!r}", run_id=run_id
+            )
+        cut = offset
+    last = source.terminal["offset"] if source.terminal else source.next_offset
+    if cut > last:
+        raise InvalidArgumentError(
+            f"fork offset {cut} is past the end of run {run_id} "
+            f"({'terminal entry at' if source.terminal else 'next offset'} {last})",
+            run_id=run_id,
+            offset=cut,
+        )
+    metadata = source.first_start.get("metadata") if source.first_start else None
+    return _Fork(run_id, cut, source.entries[:cut], metadata)
+
+
+class Run:
+    """One open session of a run: replay what the journal has, append what is new.
+
+    Use it as a context manager (or call `close`) so the storage lock is released.
+    Thread-safe: parallel branches may record concurrently.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        journal: Journal,
+        token: str,
+        lock: Any,
+        *,
+        metadata: Any,
+        version: str | None,
+        clock: Clock,
+    ) -> None:
+        self.storage = storage
+        self.journal = journal
+        self.run_id = journal.run_id
+        self.session = journal.max_session
+        self.metadata = metadata
+        self.version = version
+        self.ids = StepIds()
+        self._token = token
+        self._lock = lock
+        self._clock = clock
+        self._mutex = threading.RLock()
+        self._unreplayed = len(journal.steps) + len(journal.suspends)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the run's lock (idempotent). Nothing is appended."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.__exit__(None, None, None)
+
+    @property
+    def replaying(self) -> bool:
+        """True while recorded steps or suspends remain to be answered from the journal."""
+        return self._unreplayed > 0
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    # -- the public primitives -------------------------------------------------------------
+
+    def record(self, name: str, fn: Callable[[], T]) -> T:
+        """Return `name`'s recorded result, or call `fn` and journal what it returns."""
+        step_id = self.ids.next(name)
+        recorded = self.replayed_step(step_id, name, "step")
+        if recorded is not None:
+            return recorded["result"]  # type: ignore[no-any-return]
+        started = time.perf_counter()
+        result = fn()
+        return self.append_step(  # type: ignore[no-any-return]
+            step_id, name, result, duration_ms=(time.perf_counter() - started) * 1000
+        )
+
+    def wait_for_event(
+        self,
+        event: str,
+        *,
+        timeout: float | None = None,
+        reason: str | None = None,
+        event_id: str | None = None,
+    ) -> Any:
+        """The payload delivered for `event`, or raise `Suspended` after journaling the wait.
+
+        A wait whose `timeout` (seconds) passed without a delivery cancels the run with reason
+        "timeout" and raises `CancelledError`.
+        """
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise InvalidArgumentError(
+                f"timeout must be seconds >= 0, not {timeout!r}", run_id=self.run_id
+            )
+        event_id = event_id or self.ids.next(event, "event")
+        with self._mutex:
+            suspend = self.journal.suspends.get(event_id)
+            if suspend is None:
+                self._check_unused(event_id, "suspend")
+                fields: dict[str, Any] = {"eventId": event_id, "event": event}
+                if reason is not None:
+                    fields["reason"] = str(reason)
+                if timeout is not None:
+                    fields["timeoutAt"] = format_timestamp(self._clock.time() + timeout)
+                self._append("suspend", fields)
+                raise Suspended((event_id,), run_id=self.run_id)
+            self._unreplayed -= 1
+            if suspend["event"] != event:
+                raise ReplayMismatchError(
+                    f"run {self.run_id}: journal has a suspend for {suspend['event']!r} at "
+                    f"{event_id}, the code waits for {event!r}",
+                    run_id=self.run_id,
+                    step_id=event_id,
+                    offset=suspend["offset"],
+                )
+            delivered = self.journal.resumes.get(event_id)
+            if delivered is not None:
+                return delivered.get("value")
+            timeout_at = suspend.get("timeoutAt")
+            if timeout_at is not None and parse_timestamp(timeout_at) <= self._clock.time():
+                self.cancel("timeout")
+                raise CancelledError(
+                    f"run {self.run_id}: {event_id} timed out at {timeout_at}",
+                    run_id=self.run_id,
+                    step_id=event_id,
+                )
+            raise Suspended((event_id,), run_id=self.run_id)
+
+    def deliver(self, event: str, value: Any) -> str:
+        """Journal `value` for a pending event (by name or id) unless one was delivered already.
+
+        The first delivered value is final, so delivering twice is not an error. Returns the
+        event id. `EventNotPendingError` when the run never waited for `event`.
+        """
+        value = check_json(value, f"value for event {event!r}")
+        with self._mutex:
+            match = self.journal.resolve_event(event)
+            if match is None:
+                raise EventNotPendingError(
+                    f"run {self.run_id} is not waiting for {event!r} (pending: "
+                    f"{', '.join(self.journal.pending_events) or 'none'})",
+                    run_id=self.run_id,
+                )
+            event_id, delivered = match
+            if not delivered and not self._timed_out(event_id):
+                suspend = self.journal.suspends[event_id]
+                self._append(
+                    "resume", {"eventId": event_id, "event": suspend["event"], "value": value}
+                )
+            return event_id
+
+    def complete(self, result: Any) -> Any:
+        """End the run successfully with `result` (returned as replay will see it)."""
+        value = check_json(result, f"result of run {self.run_id}")
+        self._append("complete", {"result": value})
+        return value
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run as failed, journaling the error's type, message and traceback."""
+        error = {
+            "name": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+        self._append("error", {"error": error})
+
+    def cancel(self, reason: str | None = None) -> None:
+        """End the run as canceled."""
+        self._append("cancel", {"reason": reason})
+
+    # -- building blocks for the workflow layer --------------------------------------------
+
+    def replayed_step(self, step_id: str, name: str, kind: StepKind) -> Entry | None:
+        """The recorded entry for `step_id`, checked against what the code asks for."""
+        with self._mutex:
+            entry = self.journal.steps.get(step_id)
+            if entry is None:
+                self._check_unused(step_id, kind)
+                return None
+            self._unreplayed -= 1
+        recorded_kind = entry.get("kind", "step")
+        if recorded_kind != kind or entry["name"] != name:
+            raise ReplayMismatchError(
+                f"run {self.run_id}: journal has {recorded_kind} {entry['name']!r} at "
+                f"{step_id}, the code runs {kind} {name!r}",
+                run_id=self.run_id,
+                step_id=step_id,
+                offset=entry["offset"],
+            )
+        return entry
+
+    def append_step(
+        self,
+        step_id: str,
+        name: str,
+        result: Any,
+        *,
+        kind: StepKind = "step",
+        attempts: int | None = None,
+        duration_ms: float | None = None,
+    ) -> Any:
+        """Journal a live step's result; return it as replay will see it."""
+        value = check_json(result, f"result of step {step_id!r}")
+        fields: dict[str, Any] = {"stepId": step_id, "name": name, "result": value}
+        if kind != "step":
+            fields["kind"] = kind
+        if attempts is not None and attempts > 1:
+            fields["attempts"] = attempts
+        if duration_ms is not None:
+            fields["durationMs"] = round(duration_ms, 3)
+        self._append("step", fields)
+        return value
+
+    def _check_unused(self, step_id: str, kind: str) -> None:
+        other = (
+            self.journal.suspends.get(step_id)
+            if kind != "suspend"
+            else self.journal.steps.get(step_id)
+        )
+        if other is not None:
+            raise ReplayMismatchError(
+                f"run {self.run_id}: journal has a {other['type']} at {step_id}, the code runs "
+                f"a {kind}",
+                run_id=self.run_id,
+                step_id=step_id,
+                offset=other["offset"],
+            )
+
+    def _timed_out(self, event_id: str) -> bool:
+        timeout_at = self.journal.suspends[event_id].get("timeoutAt")
+        return timeout_at is not None and parse_timestamp(timeout_at) <= self._clock.time()
+
+    def _append(self, kind: str, fields: dict[str, Any]) -> Entry:
+        with self._mutex:
+            _ensure_open(self.journal)
+            entry: Entry = {
+                "type": kind,
+                "session": self.session,
+                "offset": self.journal.next_offset,
+                "timestamp": format_timestamp(self._clock.time()),
+                **fields,
+            }
+            self._token = _commit(self.storage, self.journal, entry, self._token)
+            self.journal.add(entry)
+            return entry
+
+
+def _commit(storage: Storage, journal: Journal, entry: Entry, token: str) -> str:
+    """Append `entry` at `token`; on a conflict or an ambiguous failure, re-read and decide.
+
+    Returns the new token. The journal is not modified here.
+    """
+    run_id, offset, session = journal.run_id, entry["offset"], entry["session"]
+    line = encode(entry)
+    delay = 0.05
+    for _ in range(_APPEND_ATTEMPTS):
+        try:
+            return storage.append(run_id, line, token=token)
+        except StorageError as exc:
+            failure = exc
+        if not isinstance(failure, ConflictError):
+            time.sleep(delay)
+            delay *= 2
+        snapshot = storage.read(run_id)
+        if snapshot is None:
+            raise FencedError(
+                f"run {run_id} disappeared while session {session} wrote",
+                run_id=run_id,
+                offset=offset,
+            ) from failure
+        current = Journal.parse(snapshot.data, run_id)
+        if current.max_session > session:
+            newer = next(e for e in current.entries if e["session"] > session)
+            canceled = current.terminal is not None and current.terminal["type"] == "cancel"
+            raise (CancelledError if canceled else FencedError)(
+                f"run {run_id}: session {newer['session']} (offset {newer['offset']}) "
+                f"superseded session {session}",
+                run_id=run_id,
+                offset=newer["offset"],
+            ) from failure
+        if current.next_offset == offset + 1 and current.entries[offset] == entry:
+            return snapshot.token  # our write landed although it reported failure
+        if current.next_offset != offset:
+            raise FencedError(
+                f"run {run_id}: another writer of session {session} appended at offset {offset}",
+                run_id=run_id,
+                offset=offset,
+            ) from failure
+        token = snapshot.token
+    raise StorageError(
+        f"run {run_id}: append at offset {offset} failed {_APPEND_ATTEMPTS} times: {failure}",
+        run_id=run_id,
+        offset=offset,
+    ) from failure
+
+
+def open_run(
+    storage: Storage,
+    run_id: str,
+    *,
+    metadata: Any = _UNSET,
+    version: str | None = None,
+    clock: Clock | None = None,
+) -> Run:
+    """Open a new fenced session of `run_id`, creating the run when it does not exist.
+
+    `metadata` (the run's input) is checked against the journal for an existing run; leave it
+    out to continue a run with whatever input it was started with. `version` is checked
+    against the first `start` entry that has one. Raises `TerminalRunError` for an ended run,
+    `RunLockedError` when another live process holds it.
+    """
+    return _open_session(
+        storage, run_id, metadata=metadata, version=version, clock=clock or SystemClock(), fork=None
+    )
+
+
+def fork_run(
+    storage: Storage,
+    source_run_id: str,
+    *,
+    offset: int | None = None,
+    step: str | None = None,
+    new_run_id: str | None = None,
+) -> str:
+    """Write a new run holding `source_run_id`'s entries before the fork point and a `start`
+    entry with `source`; return its id. The next `start(run_id=...)` continues it live."""
+    with _open_fork(
+        storage,
+        source_run_id,
+        offset=offset,
+        step=step,
+        new_run_id=new_run_id,
+        version=None,
+        clock=SystemClock(),
+    ) as run:
+        return run.run_id
+
+
+def _open_fork(
+    storage: Storage,
+    source_run_id: str,
+    *,
+    offset: int | None,
+    step: str | None,
+    new_run_id: str | None,
+    version: str | None,
+    clock: Clock,
+) -> Run:
+    import uuid
+
+    validate_run_id(source_run_id)
+    new_run_id = validate_run_id(new_run_id) if new_run_id is not None else uuid.uuid4().hex
+    fork = _plan_fork(storage, source_run_id, offset, step)
+    return _open_session(
+        storage, new_run_id, metadata=_UNSET, version=version, clock=clock, fork=fork
+    )
+
+
+def cancel_run(storage: Storage, run_id: str, reason: str | None = None) -> RunStatus:
+    """Append `cancel` in a new session (no lock: a live writer is fenced on its next append)."""
+    for _ in range(_OPEN_ATTEMPTS):
+        snapshot = storage.read(validate_run_id(run_id))
+        if snapshot is None:
+            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+        journal = Journal.parse(snapshot.data, run_id)
+        _ensure_open(journal)
+        entry: Entry = {
+            "type": "cancel",
+            "session": journal.max_session + 1,
+            "offset": journal.next_offset,
+            "timestamp": format_timestamp(time.time()),
+            "reason": reason,
+        }
+        try:
+            storage.append(run_id, encode(entry), token=snapshot.token)
+        except ConflictError:
+            continue
+        journal.add(entry)
+        return journal.status()
+    raise StorageError(f"run {run_id}: cancel kept conflicting with other writers", run_id=run_id)
+
+
+def _open_session(
+    storage: Storage,
+    run_id: str,
+    *,
+    metadata: Any,
+    version: str | None,
+    clock: Clock,
+    fork: _Fork | None,
+) -> Run:
+    validate_run_id(run_id)
+    if metadata is not _UNSET:
+        metadata = check_json(metadata, f"input of run {run_id}")
+    for _ in range(_OPEN_ATTEMPTS):
+        snapshot = storage.read(run_id)
+        journal = Journal.parse(snapshot.data, run_id) if snapshot else Journal(run_id)
+        if snapshot is not None:
+            _check_existing(journal, metadata, version, fork)
+            prefix: list[Entry] = []
+        else:
+            prefix = list(fork.prefix) if fork else []
+            for entry in prefix:
+                journal.add(entry)
+        session = journal.max_session + 1
+        lock = storage.lock(run_id, session)
+        lock.__enter__()
+        try:
+            start: Entry = {
+                "type": "start",
+                "session": session,
+                "offset": journal.next_offset,
+                "timestamp": format_timestamp(clock.time()),
+                "metadata": _journaled_input(journal, metadata, fork),
+            }
+            if version is not None:
+                start["version"] = version
+            if fork is not None and snapshot is None:
+                start["source"] = {"runId": fork.source_run_id, "fromOffset": fork.offset}
+            data = b"".join(encode(entry) for entry in [*prefix, start])
+            try:
+                token = storage.append(run_id, data, token=snapshot.token if snapshot else None)
+            except ConflictError:
+                lock.__exit__(None, None, None)
+                continue
+            journal.add(start)
+            return Run(
+                storage,
+                journal,
+                token,
+                lock,
+                metadata=start["metadata"],
+                version=version,
+                clock=clock,
+            )
+        except BaseException:
+            lock.__exit__(None, None, None)
+            raise
+    raise StorageError(
+        f"run {run_id}: could not open a session, too many concurrent writers", run_id=run_id
+    )
+
+
+def _journaled_input(journal: Journal, metadata: Any, fork: _Fork | None) -> Any:
+    if journal.first_start is not None:
+        return journal.first_start.get("metadata")
+    if fork is not None:
+        return fork.metadata
+    return None if metadata is _UNSET else metadata
+
+
+def _check_existing(
+    journal: Journal, metadata: Any, version: str | None, fork: _Fork | None
+) -> None:
+    run_id = journal.run_id
+    _ensure_open(journal)
+    if fork is not None:
+        source = journal.status().source
+        if source != {"runId": fork.source_run_id, "fromOffset": fork.offset}:
+            raise InvalidArgumentError(
+                f"cannot fork into {run_id}: a run with that id already exists", run_id=run_id
+            )
+    if version is not None and journal.version is not None and version != journal.version:
+        raise VersionMismatchError(
+            f"run {run_id} was started with version {journal.version!r}, this workflow is "
+            f"{version!r}",
+            run_id=run_id,
+        )
+    recorded = journal.first_start.get("metadata") if journal.first_start else None
+    if metadata is not _UNSET and metadata is not None and metadata != recorded:
+        raise MetadataMismatchError(
+            f"run {run_id} was started with a different input", run_id=run_id
+        )

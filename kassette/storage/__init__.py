@@ -1,0 +1,95 @@
+"""Storage: where journals live, behind one small protocol.
+
+A backend stores each run's journal as bytes and offers four operations: read the whole
+journal with a version token, append bytes only if the journal is still at that token
+(compare-and-swap), list run ids, and lock a run for one session. Everything else (framing,
+offsets, session fencing, status) is policy in `kassette.journal` and `kassette.core`, so every
+backend gets it for free. Backends are found by URL scheme and imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from kassette.errors import InvalidArgumentError
+
+__all__ = ["Snapshot", "Storage", "open_storage", "register_scheme"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A journal's bytes as read, and the opaque token an append must present to follow it."""
+
+    data: bytes
+    token: str
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """What a journal backend must do. `kassette.testing.StorageConformance` checks it."""
+
+    def read(self, run_id: str) -> Snapshot | None:
+        """The run's journal, or None when the run does not exist."""
+        ...
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        """Append whole lines atomically if the journal is still at `token`; return the new token.
+
+        `token=None` creates the run and fails if it exists. A journal that moved on raises
+        `ConflictError`; I/O failures raise `StorageError`. A torn final line left by a crash
+        is not content: the append replaces it.
+        """
+        ...
+
+    def list_runs(self) -> Iterator[str]:
+        """Every run id, in a stable order."""
+        ...
+
+    def lock(self, run_id: str, session: int) -> AbstractContextManager[None]:
+        """Hold the run for one session, or raise `RunLockedError` if a live process holds it.
+
+        Backends without locks (object storage) return a no-op: session fencing alone keeps
+        their journals consistent.
+        """
+        ...
+
+
+_Factory = Callable[[str], Storage]
+_SCHEMES: dict[str, str] = {
+    "file": "kassette.storage.local:_from_url",
+    "memory": "kassette.storage.memory:_from_url",
+    "s3": "kassette.storage.s3:_from_url",
+}
+
+
+def register_scheme(scheme: str, factory: str | _Factory) -> None:
+    """Make `open_storage` accept `scheme:...` URLs.
+
+    `factory` is a callable taking the URL, or a lazy "module:function" reference to one.
+    """
+    _REGISTERED[scheme] = factory
+
+
+_REGISTERED: dict[str, str | _Factory] = dict(_SCHEMES)
+
+
+def open_storage(url: str | Storage) -> Storage:
+    """A backend for `file:PATH`, `memory:` or `s3://bucket[/prefix]` (or a registered scheme).
+
+    A `Storage` is returned as it is, so APIs can take either.
+    """
+    if not isinstance(url, str):
+        return url
+    scheme = url.split(":", 1)[0] if ":" in url else ""
+    factory = _REGISTERED.get(scheme)
+    if factory is None:
+        known = ", ".join(f"{name}:" for name in sorted(_REGISTERED))
+        raise InvalidArgumentError(f"unknown storage URL {url!r}: expected one of {known}")
+    if isinstance(factory, str):
+        module_name, _, attribute = factory.partition(":")
+        factory = getattr(importlib.import_module(module_name), attribute)
+    return factory(url)

@@ -1,0 +1,209 @@
+"""LocalStorage: journals as files on a local filesystem.
+
+`{path}/{runId}.jsonl` holds the journal. A new journal is written to a temporary file, fsynced
+and `link(2)`ed into place, so creation (even of many lines, as a fork does) is atomic and can
+never overwrite a run. An append takes `flock` on the journal, checks that the file still ends
+where the caller's token says (a torn tail left by a crash is cut off), then makes one `write()`
+of the whole line and an `fsync`. Tokens are byte lengths of the journal's complete lines.
+
+`{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
+`link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
+is reclaimed (under a directory `flock`, so two reclaimers cannot both win).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from kassette.errors import ConflictError, RunLockedError, StorageError
+from kassette.journal import validate_run_id
+from kassette.storage import Snapshot
+
+__all__ = ["LocalStorage"]
+
+_SUFFIX = ".jsonl"
+
+
+class LocalStorage:
+    """Journals in a directory; created on first write."""
+
+    def __init__(self, path: str | os.PathLike[str] = ".kassette") -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.path)!r})"
+
+    def _journal(self, run_id: str) -> Path:
+        return self.path / f"{validate_run_id(run_id)}{_SUFFIX}"
+
+    def read(self, run_id: str) -> Snapshot | None:
+        try:
+            data = self._journal(run_id).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read run {run_id}: {exc}", run_id=run_id) from exc
+        return Snapshot(data, str(data.rfind(b"\n") + 1))
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        path = self._journal(run_id)
+        try:
+            if token is None:
+                return self._create(run_id, path, data)
+            return self._extend(run_id, path, data, int(token))
+        except (ConflictError, StorageError):
+            raise
+        except OSError as exc:
+            raise StorageError(f"cannot append to run {run_id}: {exc}", run_id=run_id) from exc
+
+    def _create(self, run_id: str, path: Path, data: bytes) -> str:
+        self.path.mkdir(parents=True, exist_ok=True)
+        temporary = self.path / f".{run_id}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                raise ConflictError(f"run {run_id} already exists", run_id=run_id) from None
+        finally:
+            temporary.unlink(missing_ok=True)
+        _fsync_directory(self.path)
+        return str(len(data))
+
+    def _extend(self, run_id: str, path: Path, data: bytes, expected: int) -> str:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size != expected:
+                tail = os.pread(fd, size - expected, expected) if size > expected else b"\n"
+                if b"\n" in tail:
+                    raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
+                os.ftruncate(fd, expected)  # a torn line from a crashed writer
+            written = os.write(fd, data)
+            if written != len(data):
+                os.ftruncate(fd, expected)
+                raise StorageError(f"short write to run {run_id}", run_id=run_id)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return str(expected + len(data))
+
+    def list_runs(self) -> Iterator[str]:
+        try:
+            names = sorted(os.listdir(self.path))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.path}: {exc}") from exc
+        for name in names:
+            if name.endswith(_SUFFIX) and not name.startswith("."):
+                yield name[: -len(_SUFFIX)]
+
+    @contextlib.contextmanager
+    def lock(self, run_id: str, session: int) -> Iterator[None]:
+        path = self.path / f"{validate_run_id(run_id)}.lock"
+        content = json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "session": session}
+        ).encode()
+        try:
+            self._acquire(run_id, path, content)
+        except OSError as exc:
+            raise StorageError(f"cannot lock run {run_id}: {exc}", run_id=run_id) from exc
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                if path.read_bytes() == content:
+                    path.unlink()
+
+    def _acquire(self, run_id: str, path: Path, content: bytes) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        temporary = self.path / f".{run_id}.{uuid.uuid4().hex}.lock.tmp"
+        temporary.write_bytes(content)
+        try:
+            if _try_link(temporary, path):
+                return
+            directory = os.open(self.path, os.O_RDONLY)
+            try:
+                fcntl.flock(directory, fcntl.LOCK_EX)
+                holder = _read_holder(path)
+                if holder is not None and _is_alive(holder):
+                    raise RunLockedError(
+                        f"run {run_id} is locked by pid {holder.get('pid')} on "
+                        f"{holder.get('host')} (session {holder.get('session')})",
+                        run_id=run_id,
+                    )
+                path.unlink(missing_ok=True)
+                if not _try_link(temporary, path):
+                    raise RunLockedError(f"run {run_id} was locked concurrently", run_id=run_id)
+            finally:
+                os.close(directory)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+
+def _try_link(source: Path, target: Path) -> bool:
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _read_holder(path: Path) -> dict[str, object] | None:
+    try:
+        holder = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}  # unreadable: its writer died mid-write, so it is stale
+    return holder if isinstance(holder, dict) else {}
+
+
+def _is_alive(holder: dict[str, object]) -> bool:
+    """A holder on another host is assumed alive: only this host's pids can be checked."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is dead too
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _from_url(url: str) -> LocalStorage:
+    path = url.partition(":")[2]
+    if path.startswith("//"):
+        path = path[2:]
+    return LocalStorage(path or ".kassette")

@@ -1,0 +1,64 @@
+"""MemoryStorage: journals in a dict, for tests and notebooks. Same guarantees, no durability."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from kassette.errors import ConflictError, RunLockedError
+from kassette.journal import validate_run_id
+from kassette.storage import Snapshot
+
+__all__ = ["MemoryStorage"]
+
+
+class MemoryStorage:
+    """Journals kept in this process's memory; thread-safe; tokens are byte lengths."""
+
+    def __init__(self) -> None:
+        self._journals: dict[str, bytes] = {}
+        self._locked: set[str] = set()
+        self._mutex = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MemoryStorage({len(self._journals)} runs)"
+
+    def read(self, run_id: str) -> Snapshot | None:
+        data = self._journals.get(validate_run_id(run_id))
+        return None if data is None else Snapshot(data, str(data.rfind(b"\n") + 1))
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        validate_run_id(run_id)
+        with self._mutex:
+            current = self._journals.get(run_id)
+            if token is None:
+                if current is not None:
+                    raise ConflictError(f"run {run_id} already exists", run_id=run_id)
+                self._journals[run_id] = data
+                return str(len(data))
+            if current is None or str(current.rfind(b"\n") + 1) != token:
+                raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
+            updated = current[: int(token)] + data
+            self._journals[run_id] = updated
+            return str(len(updated))
+
+    def list_runs(self) -> Iterator[str]:
+        yield from sorted(self._journals)
+
+    @contextlib.contextmanager
+    def lock(self, run_id: str, session: int) -> Iterator[None]:
+        validate_run_id(run_id)
+        with self._mutex:
+            if run_id in self._locked:
+                raise RunLockedError(f"run {run_id} is locked by another session", run_id=run_id)
+            self._locked.add(run_id)
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._locked.discard(run_id)
+
+
+def _from_url(url: str) -> MemoryStorage:
+    return MemoryStorage()

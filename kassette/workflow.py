@@ -1,0 +1,506 @@
+"""Workflows: a function of (ctx, input) made durable by `@kassette(storage=...)`.
+
+Every `start`, `resume` and `fork` opens a session of the run (see `kassette.core`) and calls
+the function from the top. `ctx.step`, `ctx.suspend`, `ctx.parallel` and `ctx.sleep` answer
+from the journal while it has their ids and run live after that, so a re-invoked run continues
+at its first unfinished step. A `def` workflow gets a `Workflow` and a blocking `Context`; an
+`async def` one gets an `AsyncWorkflow` and an awaitable `AsyncContext`. Both share one engine:
+only the calling of user code differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import inspect
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from kassette.clock import Clock, SystemClock
+from kassette.core import (
+    _UNSET,
+    Run,
+    StepIds,
+    _ensure_open,
+    _open_fork,
+    cancel_run,
+    open_run,
+    read_journal,
+    run_status,
+)
+from kassette.errors import (
+    CancelledError,
+    EventNotPendingError,
+    InvalidArgumentError,
+    KassetteError,
+    ReplayMismatchError,
+    Suspended,
+)
+from kassette.journal import ErrorInfo, RunStatus, format_timestamp, parse_timestamp, validate_name
+from kassette.retry import NO_RETRY, Retry
+from kassette.storage import Storage, open_storage
+
+__all__ = ["AsyncContext", "AsyncWorkflow", "Context", "RunResult", "Workflow", "kassette"]
+
+I = TypeVar("I")  # noqa: E741 - the workflow's input
+R = TypeVar("R")
+T = TypeVar("T")
+ResultStatus = Literal["success", "suspended", "failed", "canceled"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How one invocation of a run ended."""
+
+    run_id: str
+    status: ResultStatus
+    result: Any = None
+    events: tuple[str, ...] = ()
+    error: ErrorInfo | None = None
+
+    @property
+    def event(self) -> str | None:
+        """The first pending event id, or None."""
+        return self.events[0] if self.events else None
+
+    def _repr_html_(self) -> str:
+        fields = {
+            "run_id": self.run_id,
+            "status": self.status,
+            "result": self.result,
+            "events": list(self.events),
+            "error": self.error.to_dict() if self.error else None,
+        }
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{key}</th>"
+            f"<td style='text-align:left'>{html.escape(json.dumps(value, default=str))}</td></tr>"
+            for key, value in fields.items()
+        )
+        return f"<table>{rows}</table>"
+
+
+def _attempts(retry: Retry | None) -> Iterator[tuple[int, float, bool]]:
+    """(attempt number, seconds to wait before it, whether it is the last) for a step."""
+    policy = retry or NO_RETRY
+    waits = [0.0, *policy.delays()]
+    for number, wait in enumerate(waits, start=1):
+        yield number, wait, number == len(waits)
+
+
+def _run_coroutine(awaitable: Awaitable[T]) -> T:
+    """Await from blocking code, also where this thread already runs a loop (Jupyter)."""
+
+    async def wrapper() -> T:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wrapper())
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, wrapper()).result()
+
+
+class _ContextBase:
+    """What both contexts share: the run, the id scope, and every journal decision."""
+
+    def __init__(self, run: Run, ids: StepIds) -> None:
+        self._run = run
+        self._ids = ids
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def session(self) -> int:
+        return self._run.session
+
+    @property
+    def replaying(self) -> bool:
+        """True while the journal still holds answers for calls not yet made."""
+        return self._run.replaying
+
+    def _recorded(self, name: str, fn: object) -> tuple[str, Any]:
+        if not callable(fn):
+            raise InvalidArgumentError(
+                f"step {name!r} needs a callable, got {fn!r}", run_id=self.run_id
+            )
+        step_id = self._ids.next(name)
+        entry = self._run.replayed_step(step_id, name, "step")
+        return step_id, (entry["result"] if entry is not None else _UNSET)
+
+    def _record(self, step_id: str, name: str, result: Any, attempts: int, started: float) -> Any:
+        return self._run.append_step(
+            step_id,
+            name,
+            result,
+            attempts=attempts,
+            duration_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def _suspend(self, event: str, timeout: float | None, reason: str | None) -> Any:
+        return self._run.wait_for_event(
+            event, timeout=timeout, reason=reason, event_id=self._ids.next(event, "event")
+        )
+
+    def _sleep_seconds(self, seconds: float) -> float:
+        """Journal the wake-up time (or read it back); return how long is left to wait."""
+        if not isinstance(seconds, int | float) or seconds < 0:
+            raise InvalidArgumentError(
+                f"sleep needs seconds >= 0, not {seconds!r}", run_id=self.run_id
+            )
+        step_id = self._ids.next("sleep")
+        clock = self._run.clock
+        entry = self._run.replayed_step(step_id, "sleep", "sleep")
+        if entry is None:
+            wake_at = format_timestamp(clock.time() + seconds)
+            self._run.append_step(step_id, "sleep", {"wakeAt": wake_at}, kind="sleep")
+        else:
+            wake_at = entry["result"]["wakeAt"]
+        return max(0.0, parse_timestamp(wake_at) - clock.time())
+
+    def _branches(self, branches: Mapping[str, Any], name: str) -> dict[str, tuple[Any, Any]]:
+        """Journal (or check) the block's branch names; return each branch's (fn, scope)."""
+        if not isinstance(branches, Mapping) or not branches:
+            raise InvalidArgumentError(
+                "parallel needs a non-empty dict of branch callables", run_id=self.run_id
+            )
+        for branch, fn in branches.items():
+            validate_name(branch, "branch")
+            if not callable(fn):
+                raise InvalidArgumentError(f"branch {branch!r} is not callable", run_id=self.run_id)
+        step_id = self._ids.next(name)
+        names = list(branches)
+        entry = self._run.replayed_step(step_id, name, "parallel")
+        if entry is None:
+            self._run.append_step(step_id, name, {"branches": names}, kind="parallel")
+        elif sorted(entry["result"].get("branches", [])) != sorted(names):
+            raise ReplayMismatchError(
+                f"run {self.run_id}: parallel block {step_id} has branches "
+                f"{entry['result'].get('branches')} in the journal, the code runs {names}",
+                run_id=self.run_id,
+                step_id=step_id,
+                offset=entry["offset"],
+            )
+        return {b: (branches[b], StepIds(f"{step_id}/{b}/")) for b in names}
+
+
+def _gather(outcomes: dict[str, tuple[bool, Any]], run_id: str) -> dict[str, Any]:
+    """Branch results, or the first error, or one `Suspended` naming every pending event."""
+    for ok, value in outcomes.values():
+        if not ok and not isinstance(value, Suspended):
+            raise value
+    events = tuple(e for ok, v in outcomes.values() if not ok for e in v.events)
+    if events:
+        raise Suspended(events, run_id=run_id)
+    return {branch: value for branch, (_, value) in outcomes.items()}
+
+
+class Context(_ContextBase):
+    """The handle a `def` workflow gets: every call blocks until it has its answer."""
+
+    def step(
+        self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None
+    ) -> T:
+        """Run `fn` once per run and journal its JSON result; on replay return the record."""
+        step_id, recorded = self._recorded(name, fn)
+        if recorded is not _UNSET:
+            return recorded  # type: ignore[no-any-return]
+        started = time.perf_counter()
+        for attempt, wait, last in _attempts(retry):
+            self._run.clock.sleep(wait)
+            try:
+                value = fn()
+                result = _run_coroutine(value) if inspect.isawaitable(value) else value
+            except KassetteError:
+                raise
+            except Exception:
+                if last:
+                    raise
+                continue
+            return self._record(step_id, name, result, attempt, started)  # type: ignore[no-any-return]
+        raise AssertionError("unreachable")
+
+    def suspend(
+        self, event: str, *, timeout: float | None = None, reason: str | None = None
+    ) -> Any:
+        """Wait for `event`: ends this invocation as suspended; returns the value on resume."""
+        return self._suspend(event, timeout, reason)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait durably: after a crash, a replay waits only for what is left."""
+        self._run.clock.sleep(self._sleep_seconds(seconds))
+
+    def parallel(
+        self, branches: Mapping[str, Callable[[Context], Any]], *, name: str = "parallel"
+    ) -> dict[str, Any]:
+        """Run branches in threads, each with its own context; return their results by name."""
+        scoped = self._branches(branches, name)
+
+        def run_branch(fn: Callable[[Context], Any], ids: StepIds) -> tuple[bool, Any]:
+            try:
+                value = fn(Context(self._run, ids))
+                return True, _run_coroutine(value) if inspect.isawaitable(value) else value
+            except BaseException as exc:  # collected, re-raised by _gather
+                return False, exc
+
+        with ThreadPoolExecutor(max_workers=len(scoped)) as pool:
+            futures = {b: pool.submit(run_branch, fn, ids) for b, (fn, ids) in scoped.items()}
+            outcomes = {b: future.result() for b, future in futures.items()}
+        return _gather(outcomes, self.run_id)
+
+
+class AsyncContext(_ContextBase):
+    """The handle an `async def` workflow gets: the same calls, awaited."""
+
+    async def step(
+        self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None
+    ) -> T:
+        """Run `fn` once per run and journal its JSON result; on replay return the record."""
+        step_id, recorded = self._recorded(name, fn)
+        if recorded is not _UNSET:
+            return recorded  # type: ignore[no-any-return]
+        started = time.perf_counter()
+        for attempt, wait, last in _attempts(retry):
+            await self._run.clock.sleep_async(wait)
+            try:
+                value = fn()
+                result = await value if inspect.isawaitable(value) else value
+            except KassetteError:
+                raise
+            except Exception:
+                if last:
+                    raise
+                continue
+            return self._record(step_id, name, result, attempt, started)  # type: ignore[no-any-return]
+        raise AssertionError("unreachable")
+
+    async def suspend(
+        self, event: str, *, timeout: float | None = None, reason: str | None = None
+    ) -> Any:
+        """Wait for `event`: ends this invocation as suspended; returns the value on resume."""
+        return self._suspend(event, timeout, reason)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait durably: after a crash, a replay waits only for what is left."""
+        await self._run.clock.sleep_async(self._sleep_seconds(seconds))
+
+    async def parallel(
+        self, branches: Mapping[str, Callable[[AsyncContext], Any]], *, name: str = "parallel"
+    ) -> dict[str, Any]:
+        """Run branches as tasks, each with its own context; return their results by name."""
+        scoped = self._branches(branches, name)
+
+        async def run_branch(fn: Callable[[AsyncContext], Any], ids: StepIds) -> tuple[bool, Any]:
+            try:
+                value = fn(AsyncContext(self._run, ids))
+                return True, await value if inspect.isawaitable(value) else value
+            except BaseException as exc:  # collected, re-raised by _gather
+                return False, exc
+
+        results = await asyncio.gather(*(run_branch(fn, ids) for fn, ids in scoped.values()))
+        return _gather(dict(zip(scoped, results, strict=True)), self.run_id)
+
+
+class _Engine(Generic[I, R]):
+    """Opening sessions and settling outcomes: everything but calling the user's function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        storage: Storage | str,
+        version: str | None,
+        clock: Clock | None,
+    ) -> None:
+        self.fn = fn
+        self.storage = open_storage(storage)
+        self.version = version
+        self.clock = clock or SystemClock()
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", type(self).__name__)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.fn.__qualname__} on {self.storage!r}>"
+
+    def _open_start(self, input: Any, run_id: str | None) -> Run:
+        run_id = run_id if run_id is not None else uuid.uuid4().hex
+        return open_run(
+            self.storage,
+            run_id,
+            metadata=_UNSET if input is None else input,
+            version=self.version,
+            clock=self.clock,
+        )
+
+    def _open_resume(self, run_id: str, event: str, value: Any) -> Run:
+        if not isinstance(event, str):
+            raise InvalidArgumentError(f"event must be a string, not {event!r}", run_id=run_id)
+        journal = read_journal(self.storage, run_id)
+        _ensure_open(journal)
+        if journal.resolve_event(event) is None:
+            raise EventNotPendingError(
+                f"run {run_id} is not waiting for {event!r} (pending: "
+                f"{', '.join(journal.pending_events) or 'none'})",
+                run_id=run_id,
+            )
+        run = open_run(self.storage, run_id, version=self.version, clock=self.clock)
+        try:
+            run.deliver(event, value)
+        except BaseException:
+            run.close()
+            raise
+        return run
+
+    def _open_fork(
+        self, run_id: str, offset: int | None, step: str | None, new_run_id: str | None
+    ) -> Run:
+        return _open_fork(
+            self.storage,
+            run_id,
+            offset=offset,
+            step=step,
+            new_run_id=new_run_id,
+            version=self.version,
+            clock=self.clock,
+        )
+
+    @staticmethod
+    def _settle(run: Run, value: Any = None, exc: BaseException | None = None) -> RunResult:
+        """Turn how the function ended into a journaled outcome and a `RunResult`."""
+        if exc is None:
+            return RunResult(run.run_id, "success", result=run.complete(value))
+        if isinstance(exc, Suspended):
+            return RunResult(run.run_id, "suspended", events=run.journal.pending_events)
+        terminal = run.journal.terminal
+        if (
+            isinstance(exc, CancelledError)
+            and terminal is not None
+            and terminal["session"] == run.session
+            and terminal["type"] == "cancel"
+        ):
+            return RunResult(run.run_id, "canceled")
+        if isinstance(exc, KassetteError) or not isinstance(exc, Exception):
+            raise exc
+        run.fail(exc)
+        return RunResult(run.run_id, "failed", error=ErrorInfo(type(exc).__name__, str(exc)))
+
+
+class Workflow(_Engine[I, R]):
+    """A durable `def` workflow. Methods block and return when the invocation ends."""
+
+    def _invoke(self, run: Run) -> RunResult:
+        with run:
+            try:
+                value = self.fn(Context(run, run.ids), run.metadata)
+            except BaseException as exc:  # _settle journals or re-raises
+                return self._settle(run, exc=exc)
+            return self._settle(run, value)
+
+    def start(self, input: I | None = None, *, run_id: str | None = None) -> RunResult:
+        """Run (or, for an existing run id, retry) the workflow until it ends or suspends."""
+        return self._invoke(self._open_start(input, run_id))
+
+    def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
+        """Deliver `value` for a pending `event` (name or id) and continue the run."""
+        return self._invoke(self._open_resume(run_id, event, value))
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        offset: int | None = None,
+        step: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunResult:
+        """Copy `run_id`'s entries before the fork point into a new run and continue it live."""
+        return self._invoke(self._open_fork(run_id, offset, step, new_run_id))
+
+    def status(self, run_id: str) -> RunStatus:
+        return run_status(self.storage, run_id)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> RunStatus:
+        return cancel_run(self.storage, run_id, reason)
+
+
+class AsyncWorkflow(_Engine[I, R]):
+    """A durable `async def` workflow: the same methods as `Workflow`, awaitable."""
+
+    async def _invoke(self, run: Run) -> RunResult:
+        with run:
+            try:
+                value = await self.fn(AsyncContext(run, run.ids), run.metadata)
+            except BaseException as exc:  # _settle journals or re-raises
+                return self._settle(run, exc=exc)
+            return self._settle(run, value)
+
+    async def start(self, input: I | None = None, *, run_id: str | None = None) -> RunResult:
+        """Run (or, for an existing run id, retry) the workflow until it ends or suspends."""
+        return await self._invoke(self._open_start(input, run_id))
+
+    async def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
+        """Deliver `value` for a pending `event` (name or id) and continue the run."""
+        return await self._invoke(self._open_resume(run_id, event, value))
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        offset: int | None = None,
+        step: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunResult:
+        """Copy `run_id`'s entries before the fork point into a new run and continue it live."""
+        return await self._invoke(self._open_fork(run_id, offset, step, new_run_id))
+
+    async def status(self, run_id: str) -> RunStatus:
+        return run_status(self.storage, run_id)
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> RunStatus:
+        return cancel_run(self.storage, run_id, reason)
+
+
+@overload
+def kassette(
+    fn: Callable[[AsyncContext, I], Coroutine[Any, Any, R]],
+    *,
+    storage: Storage | str,
+    version: str | None = ...,
+    clock: Clock | None = ...,
+) -> AsyncWorkflow[I, R]: ...
+@overload
+def kassette(
+    fn: Callable[[Context, I], R],
+    *,
+    storage: Storage | str,
+    version: str | None = ...,
+    clock: Clock | None = ...,
+) -> Workflow[I, R]: ...
+@overload
+def kassette(
+    fn: None = ..., *, storage: Storage | str, version: str | None = ..., clock: Clock | None = ...
+) -> Callable[[Callable[..., Any]], Any]: ...
+def kassette(
+    fn: Callable[..., Any] | None = None,
+    *,
+    storage: Storage | str,
+    version: str | None = None,
+    clock: Clock | None = None,
+) -> Any:
+    """Make `fn(ctx, input)` a durable workflow journaled in `storage`.
+
+    Use as `@kassette(storage=...)` or `kassette(fn, storage=...)`. An `async def` gives an
+    `AsyncWorkflow`, a `def` a `Workflow`.
+    """
+
+    def wrap(function: Callable[..., Any]) -> Any:
+        if inspect.iscoroutinefunction(function):
+            return AsyncWorkflow(function, storage, version, clock)
+        return Workflow(function, storage, version, clock)
+
+    return wrap if fn is None else wrap(fn)
