@@ -1,0 +1,195 @@
+"""Test helpers: an in-memory backend, a fake clock, and the storage conformance suite.
+
+Every backend proves it keeps kassette's guarantees by subclassing `StorageConformance` in its
+own tests and providing a `storage` pytest fixture (a fresh, empty backend per test):
+
+    class TestMyStorage(StorageConformance):
+        @pytest.fixture
+        def storage(self):
+            return MyStorage(...)
+
+The suite uses only `assert`, so it needs pytest to run but does not import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from kassette.core import cancel_run, fork_run, open_run, read_journal
+from kassette.errors import (
+    ConflictError,
+    FencedError,
+    InvalidArgumentError,
+    RunLockedError,
+)
+from kassette.journal import Journal, encode
+from kassette.storage import Storage
+from kassette.storage.memory import MemoryStorage
+
+__all__ = ["FakeClock", "MemoryStorage", "StorageConformance"]
+
+
+class FakeClock:
+    """A clock that only moves when told to, or when something sleeps on it."""
+
+    def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
+        self.now = start
+        self.slept: list[float] = []
+        self._mutex = threading.Lock()
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._mutex:
+            self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.slept.append(seconds)
+            self.advance(seconds)
+
+    async def sleep_async(self, seconds: float) -> None:
+        self.sleep(seconds)
+        await asyncio.sleep(0)
+
+
+def _line(offset: int, session: int = 1, kind: str = "step") -> bytes:
+    fields = {"stepId": f"s{offset}", "name": f"s{offset}", "result": offset} if kind == "step" \
+        else {"metadata": None}
+    return encode({"type": kind, "session": session, "offset": offset,
+                   "timestamp": "2026-01-01T00:00:00.000Z", **fields})
+
+
+class StorageConformance:
+    """The guarantees every `Storage` backend keeps. Subclass it and provide `storage`.
+
+    Set `exclusive_locks = False` for a backend whose `lock` is a no-op (object storage),
+    which relies on session fencing alone.
+    """
+
+    exclusive_locks = True
+
+    def test_is_a_storage(self, storage: Storage) -> None:
+        assert isinstance(storage, Storage)
+
+    def test_missing_run_reads_none(self, storage: Storage) -> None:
+        assert storage.read("nothing-here") is None
+        assert list(storage.list_runs()) == []
+
+    def test_create_then_read_back_bytes(self, storage: Storage) -> None:
+        data = _line(0, kind="start") + _line(1)
+        token = storage.append("r1", data, token=None)
+        snapshot = storage.read("r1")
+        assert snapshot is not None
+        assert snapshot.data == data
+        assert snapshot.token == token
+
+    def test_create_twice_conflicts(self, storage: Storage) -> None:
+        storage.append("r1", _line(0, kind="start"), token=None)
+        try:
+            storage.append("r1", _line(0, kind="start"), token=None)
+        except ConflictError:
+            pass
+        else:
+            raise AssertionError("a second create must raise ConflictError")
+        snapshot = storage.read("r1")
+        assert snapshot is not None and snapshot.data == _line(0, kind="start")
+
+    def test_append_with_current_token(self, storage: Storage) -> None:
+        token = storage.append("r1", _line(0, kind="start"), token=None)
+        token = storage.append("r1", _line(1), token=token)
+        storage.append("r1", _line(2), token=token)
+        snapshot = storage.read("r1")
+        assert snapshot is not None
+        assert [e["offset"] for e in Journal.parse(snapshot.data, "r1").entries] == [0, 1, 2]
+
+    def test_append_with_stale_token_conflicts_and_writes_nothing(self, storage: Storage) -> None:
+        first = storage.append("r1", _line(0, kind="start"), token=None)
+        storage.append("r1", _line(1), token=first)
+        try:
+            storage.append("r1", _line(1), token=first)
+        except ConflictError:
+            pass
+        else:
+            raise AssertionError("a stale token must raise ConflictError")
+        snapshot = storage.read("r1")
+        assert snapshot is not None
+        assert snapshot.data == _line(0, kind="start") + _line(1)
+
+    def test_list_runs_is_sorted_and_complete(self, storage: Storage) -> None:
+        for run_id in ["b", "a", "c-1", "c.2"]:
+            storage.append(run_id, _line(0, kind="start"), token=None)
+        assert list(storage.list_runs()) == ["a", "b", "c-1", "c.2"]
+
+    def test_lock_excludes_a_second_session(self, storage: Storage) -> None:
+        with storage.lock("r1", 1):
+            try:
+                with storage.lock("r1", 2):
+                    locked_twice = True
+            except RunLockedError:
+                locked_twice = False
+        with storage.lock("r1", 3):
+            pass  # released locks can be taken again
+        assert locked_twice is not self.exclusive_locks
+
+    def test_bad_run_ids_are_refused_before_io(self, storage: Storage) -> None:
+        for bad in ["", "../x", "a/b", "a b", ".hidden", "x" * 201]:
+            for call in (lambda: storage.read(bad),
+                         lambda: storage.append(bad, _line(0, kind="start"), token=None)):
+                try:
+                    call()
+                except InvalidArgumentError:
+                    continue
+                raise AssertionError(f"run id {bad!r} was accepted")
+        assert list(storage.list_runs()) == []
+
+    def test_offsets_stay_dense_under_concurrent_sessions(self, storage: Storage) -> None:
+        with open_run(storage, "r1", metadata={"n": 1}) as run:
+            run.record("a", lambda: 1)
+        errors: list[BaseException] = []
+
+        def writer(number: int) -> None:
+            try:
+                with open_run(storage, "r1") as run:
+                    for step in range(3):
+                        run.record(f"w{number}-{step}", lambda: step)
+            except (RunLockedError, FencedError) as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        journal = read_journal(storage, "r1")
+        assert [e["offset"] for e in journal.entries] == list(range(len(journal.entries)))
+        sessions = [e["session"] for e in journal.entries]
+        assert sessions == sorted(sessions)
+
+    def test_older_session_is_fenced(self, storage: Storage) -> None:
+        old = open_run(storage, "r1", metadata=None)
+        old.record("a", lambda: 1)
+        old.close()  # let a newer session in, as a reclaimed lock would
+        with open_run(storage, "r1") as new:
+            new.record("b", lambda: 2)
+        try:
+            old.record("c", lambda: 3)
+        except FencedError as exc:
+            assert exc.run_id == "r1"
+        else:
+            raise AssertionError("an older session must be fenced")
+        journal = read_journal(storage, "r1")
+        assert [e.get("stepId") for e in journal.entries if e["type"] == "step"] == ["a", "b"]
+
+    def test_fork_and_cancel_round_trip(self, storage: Storage) -> None:
+        with open_run(storage, "src", metadata={"q": 1}) as run:
+            run.record("plan", lambda: "p")
+            run.record("build", lambda: "b")
+        new = fork_run(storage, "src", step="build", new_run_id="dst")
+        journal = read_journal(storage, new)
+        assert journal.source == {"runId": "src", "fromOffset": 2}
+        assert "build" not in journal.steps and journal.steps["plan"]["result"] == "p"
+        assert cancel_run(storage, "dst", "done trying").status == "canceled"
+        assert read_journal(storage, "src").next_offset == 3
