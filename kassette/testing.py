@@ -56,10 +56,20 @@ class FakeClock:
 
 
 def _line(offset: int, session: int = 1, kind: str = "step") -> bytes:
-    fields = {"stepId": f"s{offset}", "name": f"s{offset}", "result": offset} if kind == "step" \
+    fields = (
+        {"stepId": f"s{offset}", "name": f"s{offset}", "result": offset}
+        if kind == "step"
         else {"metadata": None}
-    return encode({"type": kind, "session": session, "offset": offset,
-                   "timestamp": "2026-01-01T00:00:00.000Z", **fields})
+    )
+    return encode(
+        {
+            "type": kind,
+            "session": session,
+            "offset": offset,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            **fields,
+        }
+    )
 
 
 class StorageConformance:
@@ -136,8 +146,10 @@ class StorageConformance:
 
     def test_bad_run_ids_are_refused_before_io(self, storage: Storage) -> None:
         for bad in ["", "../x", "a/b", "a b", ".hidden", "x" * 201]:
-            for call in (lambda: storage.read(bad),
-                         lambda: storage.append(bad, _line(0, kind="start"), token=None)):
+            for call in (
+                lambda bad=bad: storage.read(bad),
+                lambda bad=bad: storage.append(bad, _line(0, kind="start"), token=None),
+            ):
                 try:
                     call()
                 except InvalidArgumentError:
@@ -154,7 +166,7 @@ class StorageConformance:
             try:
                 with open_run(storage, "r1") as run:
                     for step in range(3):
-                        run.record(f"w{number}-{step}", lambda: step)
+                        run.record(f"w{number}-{step}", lambda step=step: step)
             except (RunLockedError, FencedError) as exc:
                 errors.append(exc)
 
