@@ -14,6 +14,7 @@ The suite uses only `assert`, so it needs pytest to run but does not import it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 
 from kassette.core import cancel_run, fork_run, open_run, read_journal
@@ -166,7 +167,7 @@ class StorageConformance:
             try:
                 with open_run(storage, "r1") as run:
                     for step in range(3):
-                        run.record(f"w{number}-{step}", lambda step=step: step)
+                        run.record(f"w{number}-{step}", functools.partial(int, step))
             except (RunLockedError, FencedError) as exc:
                 errors.append(exc)
 
