@@ -1,0 +1,369 @@
+"""The `kassette` command: inspect, fork and cancel journals from a shell or an agent.
+
+A thin skin over the library: each verb parses its arguments, calls one library function and
+prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`), the stored journal bytes
+(`dump`) or an indented text tree (`tree`). The command never runs workflow code. Failures are
+one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit code tells
+their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage, 3 run not
+found, 4 journal corrupt, 5 storage error. See docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, NoReturn
+
+from kassette.core import cancel_run, fork_run, run_status
+from kassette.errors import (
+    InvalidArgumentError,
+    JournalCorruptionError,
+    KassetteError,
+    RunNotFoundError,
+    StorageError,
+)
+from kassette.journal import Journal, validate_run_id
+from kassette.storage import Storage, open_storage
+
+__all__ = ["main"]
+
+DEFAULT_STORAGE = "file:.kassette"
+STORAGE_ENVIRONMENT_VARIABLE = "KASSETTE_STORAGE"
+CORRUPT = "corrupt"
+_STATUSES = ("running", "suspended", "completed", "failed", "canceled", CORRUPT)
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_CORRUPT = 4
+EXIT_STORAGE = 5
+
+# Most specific first: the first class an error is an instance of decides its exit code.
+_EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (InvalidArgumentError, EXIT_USAGE),
+    (RunNotFoundError, EXIT_NOT_FOUND),
+    (JournalCorruptionError, EXIT_CORRUPT),
+    (StorageError, EXIT_STORAGE),
+    (KassetteError, EXIT_ERROR),
+)
+
+
+class UsageError(Exception):
+    """The command line itself is wrong: unknown verb or flag, a missing or malformed value."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors become `UsageError` (reported as JSON) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _write(data: bytes) -> None:
+    """Write bytes to stdout unchanged (the journal's bytes must pass through untouched)."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+    else:
+        buffer.write(data)
+        buffer.flush()
+
+
+def _json_line(value: Any) -> bytes:
+    return (json.dumps(value, ensure_ascii=False) + "\n").encode()
+
+
+def _report(exc: BaseException, stream: IO[str]) -> None:
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, KassetteError):
+        for key, value in (("runId", exc.run_id), ("stepId", exc.step_id), ("offset", exc.offset)):
+            if value is not None:
+                error[key] = value
+    stream.write(json.dumps({"error": error}) + "\n")
+    stream.flush()
+
+
+# -- the verbs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """One run as `list` and `tree` see it; a corrupt journal has no source to follow."""
+
+    run_id: str
+    status: str
+    source: dict[str, Any] | None
+
+
+def _listed_runs(storage: Storage) -> Iterator[_Listed]:
+    for run_id in storage.list_runs():
+        try:
+            status = run_status(storage, run_id)
+        except RunNotFoundError:
+            continue  # deleted between listing and reading
+        except JournalCorruptionError:
+            yield _Listed(run_id, CORRUPT, None)
+            continue
+        yield _Listed(run_id, status.status, status.source)
+
+
+def _list(storage: Storage, args: argparse.Namespace) -> None:
+    runs = _listed_runs(storage)
+    if args.status is not None:
+        runs = (run for run in runs if run.status == args.status)
+    for run in itertools.islice(runs, args.limit):
+        _write(_json_line({"runId": run.run_id, "status": run.status}))
+
+
+def _status(storage: Storage, args: argparse.Namespace) -> None:
+    _write(_json_line(run_status(storage, args.run_id).to_dict()))
+
+
+def _dump(storage: Storage, args: argparse.Namespace) -> None:
+    snapshot = storage.read(validate_run_id(args.run_id))
+    if snapshot is None:
+        raise RunNotFoundError(f"run {args.run_id} not found", run_id=args.run_id)
+    data = snapshot.data
+    journal = Journal.parse(data, args.run_id)  # refuse to print a corrupt journal
+    if args.offset >= journal.next_offset:
+        return
+    # Line k holds offset k (parse checked it), so skip `offset` lines and stop before the
+    # torn tail, if any.
+    start = 0
+    for _ in range(args.offset):
+        start = data.index(b"\n", start) + 1
+    _write(data[start : data.rfind(b"\n") + 1])
+
+
+def _fork(storage: Storage, args: argparse.Namespace) -> None:
+    new_run_id = fork_run(
+        storage,
+        args.source_run_id,
+        offset=args.from_offset,
+        step=args.from_step,
+        new_run_id=args.new_run_id,
+    )
+    _write(_json_line({"runId": new_run_id}))
+
+
+def _tree(storage: Storage, args: argparse.Namespace) -> None:
+    runs = {run.run_id: run for run in _listed_runs(storage)}
+    if args.run_id is None:
+        _write("".join(_lineage_lines(runs)).encode())
+        return
+    run_id = validate_run_id(args.run_id)
+    if run_id not in runs:
+        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+    root = _root_of(runs, run_id)
+    _write("".join(_lineage_lines(runs, roots=[root])).encode())
+
+
+def _cancel(storage: Storage, args: argparse.Namespace) -> None:
+    _write(_json_line(cancel_run(storage, args.run_id, args.reason).to_dict()))
+
+
+# -- fork lineage ----------------------------------------------------------------------------
+
+
+def _parent(run: _Listed, runs: dict[str, _Listed]) -> str | None:
+    parent = run.source.get("runId") if run.source else None
+    return parent if isinstance(parent, str) and parent in runs else None
+
+
+def _root_of(runs: dict[str, _Listed], run_id: str) -> str:
+    seen = {run_id}
+    parent = _parent(runs[run_id], runs)
+    while parent is not None and parent not in seen:
+        run_id = parent
+        seen.add(run_id)
+        parent = _parent(runs[run_id], runs)
+    return run_id
+
+
+def _label(run: _Listed, runs: dict[str, _Listed]) -> str:
+    if run.source is None:
+        return f"{run.run_id} ({run.status})"
+    offset, parent = run.source.get("fromOffset"), run.source.get("runId")
+    if _parent(run, runs) is None:
+        return (
+            f"{run.run_id} ({run.status}, fork of {parent} at offset {offset}, {parent} not found)"
+        )
+    return f"{run.run_id} ({run.status}, from offset {offset})"
+
+
+def _lineage_lines(runs: dict[str, _Listed], roots: list[str] | None = None) -> Iterator[str]:
+    """The fork forest as text: one line per run, children indented under their source.
+
+    Without `roots`, every run whose source is absent or unknown starts a tree, in listing
+    order; runs caught in a cycle of sources (only a hand-edited journal can make one) start
+    trees of their own. Siblings are ordered by fork offset, then run id.
+    """
+    children: dict[str, list[str]] = {}
+    for run in runs.values():
+        parent = _parent(run, runs)
+        if parent is not None:
+            children.setdefault(parent, []).append(run.run_id)
+    for siblings in children.values():
+        siblings.sort(key=lambda run_id: (_fork_offset(runs[run_id]), run_id))
+    if roots is None:
+        roots = [run_id for run_id, run in runs.items() if _parent(run, runs) is None]
+        roots += [run_id for run_id in runs if run_id not in _descendants(roots, children)]
+    shown: set[str] = set()
+    for root in roots:
+        # (run, what precedes its label, what precedes its children's lines); depth-first.
+        stack = [(root, "", "")]
+        while stack:
+            run_id, lead, indent = stack.pop()
+            if run_id in shown:
+                continue
+            shown.add(run_id)
+            yield f"{lead}{_label(runs[run_id], runs)}\n"
+            below = children.get(run_id, [])
+            for index in reversed(range(len(below))):
+                if index == len(below) - 1:
+                    stack.append((below[index], indent + "└── ", indent + "    "))
+                else:
+                    stack.append((below[index], indent + "├── ", indent + "│   "))
+
+
+def _descendants(roots: list[str], children: dict[str, list[str]]) -> set[str]:
+    found: set[str] = set()
+    pending = list(roots)
+    while pending:
+        run_id = pending.pop()
+        if run_id not in found:
+            found.add(run_id)
+            pending.extend(children.get(run_id, []))
+    return found
+
+
+def _fork_offset(run: _Listed) -> int:
+    offset = run.source.get("fromOffset") if run.source else None
+    return offset if isinstance(offset, int) else -1
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    """An integer >= 0, for offsets and limits."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, not {text!r}")
+    return value
+
+
+def _add_storage(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--storage",
+        metavar="URL",
+        default=default,
+        help="file:PATH, memory: or s3://BUCKET[/PREFIX] "
+        f"(default: ${STORAGE_ENVIRONMENT_VARIABLE}, else {DEFAULT_STORAGE})",
+    )
+
+
+Verb = Callable[[Storage, argparse.Namespace], None]
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog="kassette",
+        description="Inspect, fork and cancel kassette runs (append-only JSONL journals).",
+        epilog="Exit codes: 0 ok, 1 other kassette error, 2 usage, 3 run not found, "
+        "4 journal corrupt, 5 storage error. Errors are one JSON line on stderr.",
+        allow_abbrev=False,
+    )
+    _add_storage(parser, None)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, function: Verb, summary: str) -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=summary, description=summary, allow_abbrev=False)
+        # SUPPRESS: a --storage given before the verb is not overwritten by this default.
+        _add_storage(sub, argparse.SUPPRESS)
+        sub.set_defaults(function=function)
+        return sub
+
+    sub = verb("list", _list, "List runs, one {runId, status} JSON object per line.")
+    sub.add_argument("--limit", type=_count, metavar="N", help="print at most N runs")
+    sub.add_argument("--status", choices=_STATUSES, help="only runs with this status")
+
+    sub = verb("status", _status, "Print a run's status as one JSON object.")
+    sub.add_argument("run_id", metavar="RUN_ID")
+
+    sub = verb("dump", _dump, "Print a run's journal entries as stored (JSONL).")
+    sub.add_argument("run_id", metavar="RUN_ID")
+    sub.add_argument(
+        "--offset", type=_count, default=0, metavar="N", help="start at offset N (default 0)"
+    )
+
+    sub = verb("fork", _fork, "Copy a run's entries before a fork point into a new run.")
+    sub.add_argument("source_run_id", metavar="SRC")
+    point = sub.add_mutually_exclusive_group(required=True)
+    point.add_argument(
+        "--from-offset", type=_count, metavar="N", help="copy the entries with offset < N"
+    )
+    point.add_argument(
+        "--from-step", metavar="ID", help="copy the entries before the step with this id"
+    )
+    sub.add_argument("--new-run-id", metavar="ID", help="id of the new run (default: random)")
+
+    sub = verb("tree", _tree, "Print the fork lineage of all runs, or of the tree holding RUN_ID.")
+    sub.add_argument("run_id", metavar="RUN_ID", nargs="?")
+
+    sub = verb("cancel", _cancel, "Cancel a run; print its new status as one JSON object.")
+    sub.add_argument("run_id", metavar="RUN_ID")
+    sub.add_argument("--reason", metavar="R", help="recorded in the cancel entry")
+    return parser
+
+
+def _exit_code(exc: BaseException) -> int:
+    return next(code for kind, code in _EXIT_CODES if isinstance(exc, kind))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `kassette` command with `argv` (default `sys.argv[1:]`); return the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as exc:
+        _report(exc, sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    url = args.storage or os.environ.get(STORAGE_ENVIRONMENT_VARIABLE) or DEFAULT_STORAGE
+    try:
+        storage = open_storage(url)
+    except (KassetteError, ImportError) as exc:  # ImportError: the URL's extra is missing
+        _report(exc, sys.stderr)
+        return EXIT_USAGE
+    try:
+        args.function(storage, args)
+    except KassetteError as exc:
+        _report(exc, sys.stderr)
+        return _exit_code(exc)
+    except BrokenPipeError:  # e.g. `kassette dump RUN | head -1`: the reader is gone
+        _silence_stdout()
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

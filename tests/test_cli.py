@@ -1,0 +1,586 @@
+"""The `kassette` command: output shapes, exit codes and JSON errors, on real journals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kassette import LocalStorage, Workflow, kassette
+from kassette.cli import main
+from kassette.core import fork_run, open_run, run_status
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Cli:
+    """Runs `main` in-process against one journal directory and captures what it prints."""
+
+    def __init__(self, directory: Path, capture: pytest.CaptureFixture[bytes]) -> None:
+        self.directory = directory
+        self.url = f"file:{directory}"
+        self.storage = LocalStorage(directory)
+        self._capture = capture
+
+    def __call__(self, *args: str, storage: bool = True) -> tuple[int, bytes, bytes]:
+        argv = ["--storage", self.url, *args] if storage else list(args)
+        code = main(argv)
+        return (code, *self.captured())
+
+    def captured(self) -> tuple[bytes, bytes]:
+        out, err = self._capture.readouterr()
+        return out, err
+
+    def json_lines(self, *args: str, storage: bool = True) -> list[Any]:
+        code, out, err = self(*args, storage=storage)
+        assert (code, err) == (0, b"")
+        return [json.loads(line) for line in out.splitlines()]
+
+    def error(self, *args: str, storage: bool = True) -> tuple[int, dict[str, Any]]:
+        code, out, err = self(*args, storage=storage)
+        assert out == b""
+        assert err.endswith(b"\n") and err.count(b"\n") == 1  # exactly one JSON line
+        return code, json.loads(err)["error"]
+
+    def files(self) -> list[str]:
+        return sorted(os.listdir(self.directory)) if self.directory.exists() else []
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> Cli:
+    return Cli(tmp_path / "journals", capsysbinary)
+
+
+def three_steps(storage: LocalStorage, calls: Counter[str]) -> Workflow[Any, Any]:
+    """A workflow `a -> b -> c` that counts how often each step really runs."""
+
+    def work(ctx: Any, value: int) -> dict[str, int]:
+        def step(name: str, result: int) -> int:
+            def live() -> int:
+                calls[name] += 1
+                return result
+
+            return ctx.step(name, live)  # type: ignore[no-any-return]
+
+        a = step("a", value + 1)
+        b = step("b", a * 10)
+        return {"c": step("c", b + 5)}
+
+    return kassette(work, storage=storage, version="v1")
+
+
+def suspending(storage: LocalStorage) -> Workflow[Any, Any]:
+    def work(ctx: Any, value: Any) -> Any:
+        ctx.step("prepare", lambda: value)
+        return ctx.suspend("approval", reason="needs a human")
+
+    workflow: Workflow[Any, Any] = kassette(work, storage=storage)
+    return workflow
+
+
+def write_runs(cli: Cli) -> None:
+    """done: completed, waiting: suspended, open: running, broken: failed."""
+    three_steps(cli.storage, Counter()).start(1, run_id="done")
+    suspending(cli.storage).start("x", run_id="waiting")
+    with open_run(cli.storage, "open", metadata={"n": 1}) as run:
+        run.record("first", lambda: 1)
+
+    def fails(ctx: Any, value: Any) -> None:
+        raise RuntimeError("boom")
+
+    kassette(fails, storage=cli.storage).start(None, run_id="broken")
+
+
+def run_module(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    environment = {k: v for k, v in os.environ.items() if k != "KASSETTE_STORAGE"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(PROJECT_ROOT), environment.get("PYTHONPATH")])
+    )
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "kassette", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# -- list ------------------------------------------------------------------------------------
+
+
+def test_list_prints_one_run_and_status_per_line_in_id_order(cli: Cli) -> None:
+    write_runs(cli)
+    assert cli.json_lines("list") == [
+        {"runId": "broken", "status": "failed"},
+        {"runId": "done", "status": "completed"},
+        {"runId": "open", "status": "running"},
+        {"runId": "waiting", "status": "suspended"},
+    ]
+
+
+def test_list_filters_by_status_then_limits(cli: Cli) -> None:
+    write_runs(cli)
+    three_steps(cli.storage, Counter()).start(2, run_id="done2")
+    assert cli.json_lines("list", "--status", "completed") == [
+        {"runId": "done", "status": "completed"},
+        {"runId": "done2", "status": "completed"},
+    ]
+    assert cli.json_lines("list", "--limit", "2") == [
+        {"runId": "broken", "status": "failed"},
+        {"runId": "done", "status": "completed"},
+    ]
+    assert cli.json_lines("list", "--status", "completed", "--limit", "1") == [
+        {"runId": "done", "status": "completed"}
+    ]
+    assert cli.json_lines("list", "--limit", "0") == []
+
+
+def test_list_of_an_empty_or_missing_directory_prints_nothing(cli: Cli) -> None:
+    assert cli("list") == (0, b"", b"")
+    assert not cli.directory.exists()
+
+
+def test_list_shows_a_corrupt_journal_as_corrupt_and_keeps_going(cli: Cli) -> None:
+    write_runs(cli)
+    (cli.directory / "mangled.jsonl").write_bytes(b"not json\n")
+    runs = cli.json_lines("list")
+    assert {"runId": "mangled", "status": "corrupt"} in runs
+    assert len(runs) == 5
+    assert cli.json_lines("list", "--status", "corrupt") == [
+        {"runId": "mangled", "status": "corrupt"}
+    ]
+
+
+@pytest.mark.parametrize("args", [["--limit", "-1"], ["--limit", "many"], ["--status", "finished"]])
+def test_list_refuses_bad_options(cli: Cli, args: list[str]) -> None:
+    code, error = cli.error("list", *args)
+    assert (code, error["type"]) == (2, "UsageError")
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def test_status_prints_the_run_status_object(cli: Cli) -> None:
+    write_runs(cli)
+    [status] = cli.json_lines("status", "waiting")
+    assert status == run_status(cli.storage, "waiting").to_dict()
+    assert status["runId"] == "waiting"
+    assert status["status"] == "suspended"
+    assert status["pendingEvents"] == ["approval"]
+    [status] = cli.json_lines("status", "done")
+    assert (status["status"], status["result"], status["version"]) == (
+        "completed",
+        {"c": 25},
+        "v1",
+    )
+    [status] = cli.json_lines("status", "broken")
+    assert status["error"] == {"name": "RuntimeError", "message": "boom"}
+
+
+def test_status_output_is_one_line(cli: Cli) -> None:
+    write_runs(cli)
+    code, out, _ = cli("status", "done")
+    assert code == 0 and out.count(b"\n") == 1 and out.endswith(b"\n")
+
+
+# -- dump ------------------------------------------------------------------------------------
+
+
+def test_dump_prints_the_journal_byte_for_byte(cli: Cli) -> None:
+    write_runs(cli)
+    stored = (cli.directory / "done.jsonl").read_bytes()
+    assert cli("dump", "done") == (0, stored, b"")
+
+
+def test_dump_from_an_offset_prints_the_lines_from_there(cli: Cli) -> None:
+    write_runs(cli)
+    lines = (cli.directory / "done.jsonl").read_bytes().splitlines(keepends=True)
+    for offset in range(len(lines) + 2):
+        code, out, _ = cli("dump", "done", "--offset", str(offset))
+        assert (code, out) == (0, b"".join(lines[offset:]))
+    first = json.loads(cli("dump", "done", "--offset", "2")[1].splitlines()[0])
+    assert first["offset"] == 2
+
+
+def test_dump_keeps_bytes_the_library_would_not_write_itself(cli: Cli) -> None:
+    """A journal from another writer (spaces, key order, escapes) is passed through as is."""
+    cli.directory.mkdir()
+    stored = (
+        b'{"offset": 0, "session": 1, "type": "start", "timestamp": "2026-01-01T00:00:00.000Z",'
+        b' "metadata": "caf\\u00e9"}\n'
+        b'{"type":"step","session":1,"offset":1,"timestamp":"2026-01-01T00:00:01.000Z",'
+        b'"stepId":"s","name":"s","result":"\xc3\xa9t\xc3\xa9"}\n'
+    )
+    (cli.directory / "foreign.jsonl").write_bytes(stored)
+    assert cli("dump", "foreign") == (0, stored, b"")
+    assert cli("dump", "foreign", "--offset", "1")[1] == stored.splitlines(keepends=True)[1]
+
+
+def test_dump_never_prints_a_torn_final_line(cli: Cli) -> None:
+    write_runs(cli)
+    path = cli.directory / "open.jsonl"
+    complete = path.read_bytes()
+    path.write_bytes(complete + b'{"type":"step","sess')
+    assert cli("dump", "open") == (0, complete, b"")
+    assert cli("dump", "open", "--offset", "3") == (0, b"", b"")
+
+
+def test_dump_refuses_a_negative_offset(cli: Cli) -> None:
+    write_runs(cli)
+    code, error = cli.error("dump", "done", "--offset", "-1")
+    assert (code, error["type"]) == (2, "UsageError")
+
+
+# -- fork ------------------------------------------------------------------------------------
+
+
+def test_fork_then_start_continues_live_after_the_fork_point(cli: Cli) -> None:
+    calls: Counter[str] = Counter()
+    workflow = three_steps(cli.storage, calls)
+    workflow.start(1, run_id="source")
+    before = (cli.directory / "source.jsonl").read_bytes()
+    assert calls == Counter(a=1, b=1, c=1)
+
+    [printed] = cli.json_lines("fork", "source", "--from-step", "b", "--new-run-id", "branch")
+    assert printed == {"runId": "branch"}
+    status = run_status(cli.storage, "branch")
+    assert status.source == {"runId": "source", "fromOffset": 2}
+    assert status.status == "running"
+
+    result = workflow.start(run_id="branch")
+    assert (result.status, result.result) == ("success", {"c": 25})
+    assert calls == Counter(a=1, b=2, c=2)  # `a` came from the journal, b and c ran again
+    assert (cli.directory / "source.jsonl").read_bytes() == before
+
+
+def test_fork_from_an_offset_with_a_generated_id(cli: Cli) -> None:
+    calls: Counter[str] = Counter()
+    workflow = three_steps(cli.storage, calls)
+    workflow.start(1, run_id="source")
+    [printed] = cli.json_lines("fork", "source", "--from-offset", "1")
+    new_run_id = printed["runId"]
+    assert len(new_run_id) == 32
+    lines = (cli.directory / f"{new_run_id}.jsonl").read_bytes().splitlines()
+    source_lines = (cli.directory / "source.jsonl").read_bytes().splitlines()
+    assert lines[0] == source_lines[0]
+    assert json.loads(lines[1])["source"] == {"runId": "source", "fromOffset": 1}
+    assert workflow.start(run_id=new_run_id).result == {"c": 25}
+    assert calls == Counter(a=2, b=2, c=2)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        [],
+        ["--from-offset", "1", "--from-step", "b"],
+        ["--from-offset", "-1"],
+    ],
+    ids=["neither", "both", "negative"],
+)
+def test_fork_needs_exactly_one_valid_fork_point(cli: Cli, point: list[str]) -> None:
+    three_steps(cli.storage, Counter()).start(1, run_id="source")
+    files = cli.files()
+    code, error = cli.error("fork", "source", *point, "--new-run-id", "branch")
+    assert (code, error["type"]) == (2, "UsageError")
+    assert cli.files() == files
+
+
+@pytest.mark.parametrize(
+    "point", [["--from-offset", "99"], ["--from-step", "nope"]], ids=["offset", "step"]
+)
+def test_fork_at_a_point_the_source_does_not_have_writes_nothing(
+    cli: Cli, point: list[str]
+) -> None:
+    three_steps(cli.storage, Counter()).start(1, run_id="source")
+    files = cli.files()
+    code, error = cli.error("fork", "source", *point, "--new-run-id", "branch")
+    assert (code, error["type"], error["runId"]) == (2, "InvalidArgumentError", "source")
+    assert cli.files() == files
+
+
+def test_fork_just_past_the_terminal_entry_is_refused(cli: Cli) -> None:
+    three_steps(cli.storage, Counter()).start(1, run_id="source")
+    terminal = run_status(cli.storage, "source").entries - 1
+    assert cli("fork", "source", "--from-offset", str(terminal), "--new-run-id", "ok")[0] == 0
+    code, error = cli.error("fork", "source", "--from-offset", str(terminal + 1))
+    assert (code, error["offset"]) == (2, terminal + 1)
+
+
+def test_fork_into_a_different_existing_run_is_refused(cli: Cli) -> None:
+    write_runs(cli)
+    before = (cli.directory / "open.jsonl").read_bytes()
+    code, error = cli.error("fork", "done", "--from-offset", "1", "--new-run-id", "open")
+    assert (code, error["type"]) == (2, "InvalidArgumentError")
+    assert (cli.directory / "open.jsonl").read_bytes() == before
+
+
+# -- tree ------------------------------------------------------------------------------------
+
+
+def test_tree_draws_forks_and_forks_of_forks(cli: Cli) -> None:
+    three_steps(cli.storage, Counter()).start(1, run_id="root")
+    suspending(cli.storage).start("x", run_id="other")
+    fork_run(cli.storage, "root", step="c", new_run_id="late")
+    fork_run(cli.storage, "root", offset=1, new_run_id="early")
+    fork_run(cli.storage, "late", offset=2, new_run_id="late-again")
+    cli.storage.append(  # a fork whose source was deleted (or lives elsewhere)
+        "orphan",
+        b'{"type":"start","session":1,"offset":0,"timestamp":"2026-01-01T00:00:00.000Z",'
+        b'"metadata":null,"source":{"runId":"gone","fromOffset":4}}\n',
+        token=None,
+    )
+    code, out, err = cli("tree")
+    assert (code, err) == (0, b"")
+    assert out.decode() == (
+        "orphan (running, fork of gone at offset 4, gone not found)\n"
+        "other (suspended)\n"
+        "root (completed)\n"
+        "├── early (running, from offset 1)\n"
+        "└── late (running, from offset 3)\n"
+        "    └── late-again (running, from offset 2)\n"
+    )
+    expected_root_tree = out.decode().split("other (suspended)\n")[1]
+    for member in ("root", "early", "late", "late-again"):
+        assert cli("tree", member)[1].decode() == expected_root_tree
+    assert cli("tree", "other")[1] == b"other (suspended)\n"
+
+
+def test_tree_shows_a_corrupt_journal_as_its_own_root(cli: Cli) -> None:
+    cli.directory.mkdir()
+    (cli.directory / "mangled.jsonl").write_bytes(b"{}\n")
+    assert cli("tree") == (0, b"mangled (corrupt)\n", b"")
+
+
+def test_tree_of_nothing_prints_nothing(cli: Cli) -> None:
+    assert cli("tree") == (0, b"", b"")
+
+
+# -- cancel ----------------------------------------------------------------------------------
+
+
+def test_cancel_prints_the_new_status_and_a_second_cancel_fails(cli: Cli) -> None:
+    write_runs(cli)
+    [status] = cli.json_lines("cancel", "waiting", "--reason", "obsolete")
+    assert status == run_status(cli.storage, "waiting").to_dict()
+    assert status["status"] == "canceled"
+    last = json.loads((cli.directory / "waiting.jsonl").read_bytes().splitlines()[-1])
+    assert (last["type"], last["reason"]) == ("cancel", "obsolete")
+
+    before = (cli.directory / "waiting.jsonl").read_bytes()
+    code, error = cli.error("cancel", "waiting")
+    assert (code, error["type"], error["runId"]) == (1, "CancelledError", "waiting")
+    assert (cli.directory / "waiting.jsonl").read_bytes() == before
+
+
+def test_cancel_of_a_completed_run_is_a_terminal_run_error(cli: Cli) -> None:
+    write_runs(cli)
+    code, error = cli.error("cancel", "done")
+    assert (code, error["type"]) == (1, "TerminalRunError")
+
+
+# -- errors and exit codes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "missing"],
+        ["dump", "missing"],
+        ["cancel", "missing"],
+        ["tree", "missing"],
+        ["fork", "missing", "--from-offset", "0"],
+    ],
+)
+def test_a_missing_run_exits_3(cli: Cli, args: list[str]) -> None:
+    write_runs(cli)
+    files = cli.files()
+    code, error = cli.error(*args)
+    assert (code, error["type"], error["runId"]) == (3, "RunNotFoundError", "missing")
+    assert cli.files() == files
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "mangled"],
+        ["dump", "mangled"],
+        ["cancel", "mangled"],
+        ["fork", "mangled", "--from-offset", "0"],
+    ],
+)
+def test_a_garbage_line_in_the_middle_exits_4(cli: Cli, args: list[str]) -> None:
+    write_runs(cli)
+    lines = (cli.directory / "done.jsonl").read_bytes().splitlines(keepends=True)
+    (cli.directory / "mangled.jsonl").write_bytes(b"".join([lines[0], b"#garbage\n", *lines[1:]]))
+    files = cli.files()
+    code, error = cli.error(*args)
+    assert (code, error["type"], error["runId"]) == (4, "JournalCorruptionError", "mangled")
+    assert "line 2" in error["message"]
+    assert cli.files() == files
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "../x"],
+        ["status", "a/b"],
+        ["dump", "../x"],
+        ["cancel", "a/b"],
+        ["tree", "../x"],
+        ["fork", "a/b", "--from-offset", "0"],
+        ["fork", "done", "--from-offset", "0", "--new-run-id", "../x"],
+    ],
+)
+def test_a_bad_run_id_exits_2_before_any_io(cli: Cli, args: list[str]) -> None:
+    write_runs(cli)
+    files = cli.files()
+    code, error = cli.error(*args)
+    assert (code, error["type"]) == (2, "InvalidArgumentError")
+    assert "invalid run id" in error["message"]
+    assert cli.files() == files
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "journals", "s3"])
+def test_an_unknown_storage_scheme_exits_2(cli: Cli, url: str) -> None:
+    code, error = cli.error("--storage", url, "list", storage=False)
+    assert (code, error["type"]) == (2, "InvalidArgumentError")
+    assert "unknown storage URL" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list", "--bogus"],
+        ["--bogus", "list"],
+        ["explode"],
+        ["export", "out", "--format", "csv"],  # a later issue adds it
+        [],
+        ["status"],
+        ["status", "a", "b"],
+    ],
+)
+def test_usage_errors_are_one_json_line_and_exit_2(cli: Cli, args: list[str]) -> None:
+    code, error = cli.error(*args)
+    assert (code, error["type"]) == (2, "UsageError")
+    assert error["message"].startswith("kassette")
+
+
+def test_a_storage_error_exits_5(cli: Cli) -> None:
+    cli.directory.mkdir()
+    (cli.directory / "unreadable.jsonl").mkdir()  # reading it fails with an OSError
+    code, error = cli.error("status", "unreadable")
+    assert (code, error["type"]) == (5, "StorageError")
+
+
+# -- storage selection and help --------------------------------------------------------------
+
+
+def test_storage_may_come_before_or_after_the_verb(cli: Cli, tmp_path: Path) -> None:
+    write_runs(cli)
+    empty = f"file:{tmp_path / 'empty'}"
+    for argv in (
+        ["--storage", cli.url, "list", "--limit", "1"],
+        ["list", "--storage", cli.url, "--limit", "1"],
+        ["list", "--limit", "1", "--storage", cli.url],
+        ["--storage", empty, "list", "--storage", cli.url, "--limit", "1"],  # the later wins
+    ):
+        assert main(argv) == 0
+        out = cli.captured()[0]
+        assert json.loads(out) == {"runId": "broken", "status": "failed"}, argv
+    assert main(["--storage", cli.url, "list", "--storage", empty]) == 0
+    assert cli.captured() == (b"", b"")
+
+
+def test_storage_defaults_to_the_environment_then_to_dot_kassette(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_runs(cli)
+    monkeypatch.setenv("KASSETTE_STORAGE", cli.url)
+    assert len(cli.json_lines("list", storage=False)) == 4
+
+    monkeypatch.delenv("KASSETTE_STORAGE")
+    monkeypatch.chdir(tmp_path)
+    assert cli.json_lines("list", storage=False) == []
+    three_steps(LocalStorage(tmp_path / ".kassette"), Counter()).start(1, run_id="here")
+    assert cli.json_lines("list", storage=False) == [{"runId": "here", "status": "completed"}]
+
+
+@pytest.mark.parametrize(
+    "verb", [[], ["list"], ["status"], ["dump"], ["fork"], ["tree"], ["cancel"]]
+)
+def test_help_prints_to_stdout_and_exits_0(cli: Cli, verb: list[str]) -> None:
+    code, out, err = cli(*verb, "--help", storage=False)
+    assert (code, err) == (0, b"")
+    assert out.startswith(b"usage: kassette")
+
+
+# -- the real command ------------------------------------------------------------------------
+
+
+def test_python_m_kassette_end_to_end(tmp_path: Path) -> None:
+    calls: Counter[str] = Counter()
+    workflow = three_steps(LocalStorage(tmp_path / ".kassette"), calls)
+    workflow.start(1, run_id="source")
+
+    listed = run_module("list", cwd=tmp_path)  # the default storage, file:.kassette
+    assert (listed.returncode, listed.stderr) == (0, b"")
+    assert json.loads(listed.stdout) == {"runId": "source", "status": "completed"}
+
+    forked = run_module(
+        "fork", "source", "--from-step", "c", "--new-run-id", "branch", cwd=tmp_path
+    )
+    assert (forked.returncode, json.loads(forked.stdout)) == (0, {"runId": "branch"})
+    assert workflow.start(run_id="branch").result == {"c": 25}
+    assert calls == Counter(a=1, b=1, c=2)
+
+    dumped = run_module("--storage", "file:.kassette", "dump", "branch", cwd=tmp_path)
+    assert dumped.stdout == (tmp_path / ".kassette" / "branch.jsonl").read_bytes()
+
+    tree = run_module("tree", "branch", "--storage", "file:.kassette", cwd=tmp_path)
+    assert tree.stdout.decode() == ("source (completed)\n└── branch (completed, from offset 3)\n")
+
+
+def test_python_m_kassette_errors_and_help(tmp_path: Path) -> None:
+    unknown = run_module("list", "--bogus", cwd=tmp_path)
+    assert (unknown.returncode, unknown.stdout) == (2, b"")
+    assert json.loads(unknown.stderr)["error"]["type"] == "UsageError"
+
+    missing = run_module("status", "nope", cwd=tmp_path, env={"KASSETTE_STORAGE": "file:j"})
+    assert missing.returncode == 3
+    assert json.loads(missing.stderr) == {
+        "error": {"type": "RunNotFoundError", "message": "run nope not found", "runId": "nope"}
+    }
+
+    scheme = run_module("--storage", "ftp://x", "list", cwd=tmp_path)
+    assert scheme.returncode == 2
+    assert json.loads(scheme.stderr)["error"]["type"] == "InvalidArgumentError"
+
+    helped = run_module("--help", cwd=tmp_path)
+    assert (helped.returncode, helped.stderr) == (0, b"")
+    assert b"fork" in helped.stdout and b"Exit codes" in helped.stdout
+    assert not (tmp_path / ".kassette").exists() and not (tmp_path / "j").exists()
+
+
+def test_docs_describe_exactly_the_registered_verbs() -> None:
+    from kassette.cli import _parser
+
+    [verbs] = [
+        action.choices
+        for action in _parser()._actions
+        if isinstance(action.choices, dict) and "list" in action.choices
+    ]
+    docs = (PROJECT_ROOT / "docs" / "cli.md").read_text()
+    documented = {
+        line.split("`")[1].split()[0] for line in docs.splitlines() if line.startswith("### `")
+    }
+    assert documented == set(verbs) == {"list", "status", "dump", "fork", "tree", "cancel"}
