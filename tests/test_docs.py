@@ -1,0 +1,136 @@
+"""The documentation cannot drift from the code.
+
+Every ```python block in README.md and docs/*.md either appears verbatim in a file under
+examples/ (which tests/test_examples.py runs and checks) or is a complete program that runs in
+an empty directory. A block fenced as ```<lang> output right after a python block is that
+program's exact stdout (durations, which differ run to run, excepted). Relative links resolve.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLES = {path: path.read_text() for path in sorted((ROOT / "examples").glob("*.py"))}
+_FENCE = re.compile(r"^(\s*)(`{3,})(.*)$")
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_DURATION = re.compile(r'"durationMs":[0-9.eE+-]+')
+
+
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    opening: int  # index of the opening fence's line
+    closing: int  # index of the closing fence's line
+    info: str
+    text: str
+
+    @property
+    def language(self) -> str:
+        return self.info.split()[0] if self.info else ""
+
+    def __str__(self) -> str:
+        return f"{self.document.relative_to(ROOT)}:{self.opening + 1}"
+
+
+def fenced_blocks(document: Path) -> list[Block]:
+    blocks: list[Block] = []
+    lines = document.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        opening = _FENCE.match(lines[index])
+        index += 1
+        if opening is None:
+            continue
+        indent, fence, info = opening.groups()
+        start = index
+        while index < len(lines) and lines[index].strip() != fence:
+            index += 1
+        body = "\n".join(line[len(indent) :] for line in lines[start:index])
+        text = textwrap.dedent(body) + "\n"
+        blocks.append(Block(document, start - 1, index, info.strip(), text))
+        index += 1
+    return blocks
+
+
+BLOCKS = [block for document in DOCUMENTS for block in fenced_blocks(document)]
+PYTHON = [block for block in BLOCKS if block.language == "python"]
+
+
+def expected_output(block: Block) -> Block | None:
+    """The `... output` block that follows `block` with nothing but blank lines between."""
+    following = [b for b in BLOCKS if b.document == block.document and b.opening > block.closing]
+    if not following or not following[0].info.endswith(" output"):
+        return None
+    lines = block.document.read_text().splitlines()
+    between = lines[block.closing + 1 : following[0].opening]
+    return following[0] if all(not line.strip() for line in between) else None
+
+
+def in_examples(block: Block) -> bool:
+    return any(block.text.strip() in text for text in EXAMPLES.values())
+
+
+def run_program(text: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    program = cwd / "program.py"
+    program.write_text(text)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment.pop("KASSETTE_STORAGE", None)
+    return subprocess.run(
+        [sys.executable, program.name],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=str)
+def test_python_block_is_an_example_or_runs(block: Block, tmp_path: Path) -> None:
+    output = expected_output(block)
+    if output is None and in_examples(block):
+        return
+    done = run_program(block.text, tmp_path)
+    assert done.returncode == 0, f"{block} does not run:\n{done.stderr}"
+    if output is not None:
+        assert _DURATION.sub('"durationMs":…', done.stdout) == _DURATION.sub(
+            '"durationMs":…', output.text
+        ), f"{output} is not what {block} prints"
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    first = next(block for block in BLOCKS if block.document.name == "README.md")
+    commands = [line.split("#")[0].strip() for line in first.text.splitlines()]
+    assert [c for c in commands if c] == ["make demo", "make test"]
+
+
+def test_readme_quickstart_is_examples_quickstart() -> None:
+    readme = [block for block in PYTHON if block.document.name == "README.md"]
+    quickstart = EXAMPLES[ROOT / "examples" / "quickstart.py"]
+    assert any("@kassette(" in b.text and b.text.strip() in quickstart for b in readme)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    assert script.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in script
+    assert re.search(r"^make test$", script, re.MULTILINE)
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: str(d.relative_to(ROOT)))
+def test_relative_links_resolve(document: Path) -> None:
+    for target in _LINK.findall(document.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (document.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{document.name} links to missing {target}"
