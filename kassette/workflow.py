@@ -34,14 +34,20 @@ from kassette.core import (
     run_status,
 )
 from kassette.errors import (
-    CancelledError,
     EventNotPendingError,
     InvalidArgumentError,
     KassetteError,
     ReplayMismatchError,
     Suspended,
 )
-from kassette.journal import ErrorInfo, RunStatus, format_timestamp, parse_timestamp, validate_name
+from kassette.journal import (
+    ErrorInfo,
+    RunStatus,
+    check_json,
+    format_timestamp,
+    parse_timestamp,
+    validate_name,
+)
 from kassette.retry import NO_RETRY, Retry
 from kassette.storage import Storage, open_storage
 
@@ -341,6 +347,7 @@ class _Engine(Generic[I, R]):
     def _open_resume(self, run_id: str, event: str, value: Any) -> Run:
         if not isinstance(event, str):
             raise InvalidArgumentError(f"event must be a string, not {event!r}", run_id=run_id)
+        value = check_json(value, f"value for event {event!r}")  # before the session opens
         journal = read_journal(self.storage, run_id)
         _ensure_open(journal)
         if journal.resolve_event(event) is None:
@@ -373,18 +380,19 @@ class _Engine(Generic[I, R]):
     @staticmethod
     def _settle(run: Run, value: Any = None, exc: BaseException | None = None) -> RunResult:
         """Turn how the function ended into a journaled outcome and a `RunResult`."""
+        terminal = run.journal.terminal
+        if (
+            terminal is not None
+            and terminal["type"] == "cancel"
+            and terminal["session"] == run.session
+            and (exc is None or isinstance(exc, Exception | Suspended))
+        ):
+            # a suspend timed out and canceled the run: user code catching that cannot undo it
+            return RunResult(run.run_id, "canceled")
         if exc is None:
             return RunResult(run.run_id, "success", result=run.complete(value))
         if isinstance(exc, Suspended):
             return RunResult(run.run_id, "suspended", events=run.journal.pending_events)
-        terminal = run.journal.terminal
-        if (
-            isinstance(exc, CancelledError)
-            and terminal is not None
-            and terminal["session"] == run.session
-            and terminal["type"] == "cancel"
-        ):
-            return RunResult(run.run_id, "canceled")
         if isinstance(exc, KassetteError) or not isinstance(exc, Exception):
             raise exc
         run.fail(exc)
