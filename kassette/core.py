@@ -613,7 +613,9 @@ def _check_existing(
             run_id=run_id,
         )
     recorded = journal.first_start.get("metadata") if journal.first_start else None
-    if metadata is not _UNSET and metadata is not None and metadata != recorded:
+    # a journal whose first start was torn off records no input to disagree with
+    started = journal.first_start is not None
+    if metadata is not _UNSET and metadata is not None and started and metadata != recorded:
         raise MetadataMismatchError(
             f"run {run_id} was started with a different input", run_id=run_id
         )

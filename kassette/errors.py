@@ -139,3 +139,7 @@ class Suspended(BaseException):
         super().__init__(f"waiting for {', '.join(events)}")
         self.events = events
         self.run_id = run_id
+
+    def __reduce__(self) -> tuple[type[Suspended], tuple[tuple[str, ...]], dict[str, object]]:
+        # the default rebuilds from `args` (the message), which is not what __init__ takes
+        return type(self), (self.events,), self.__dict__

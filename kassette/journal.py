@@ -81,6 +81,7 @@ def check_json(value: object, what: str) -> Any:
     """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
     except (TypeError, ValueError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from exc
     return json.loads(text)
@@ -88,7 +89,7 @@ def check_json(value: object, what: str) -> Any:
 
 def format_timestamp(epoch_seconds: float) -> str:
     """ISO 8601 UTC with milliseconds and `Z`, the journal's one timestamp format."""
-    millis = int(epoch_seconds * 1000)
+    millis = round(epoch_seconds * 1000)  # not int(): 1.001 * 1000 is 1000.999...
     seconds, ms = divmod(millis, 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ms:03d}Z"
 
@@ -195,7 +196,8 @@ class Journal:
                 entry = None
             if not isinstance(entry, dict):
                 raise JournalCorruptionError(
-                    f"run {run_id}: line {number} is not a JSON object: {line[:80]!r}",
+                    f"run {run_id}: line {number} (offset {len(journal.entries)}) is not a JSON"
+                    f" object: {line[:80]!r}",
                     run_id=run_id,
                     offset=len(journal.entries),
                 )
