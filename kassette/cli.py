@@ -1,11 +1,11 @@
 """The `kassette` command: inspect, fork and cancel journals from a shell or an agent.
 
 A thin skin over the library: each verb parses its arguments, calls one library function and
-prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`), the stored journal bytes
-(`dump`) or an indented text tree (`tree`). The command never runs workflow code. Failures are
-one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit code tells
-their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage, 3 run not
-found, 4 journal corrupt, 5 storage error. See docs/cli.md.
+prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`, `export`), the stored
+journal bytes (`dump`) or an indented text tree (`tree`). The command never runs workflow code.
+Failures are one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit
+code tells their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage,
+3 run not found, 4 journal corrupt, 5 storage error. See docs/cli.md.
 """
 
 from __future__ import annotations
@@ -172,6 +172,12 @@ def _cancel(storage: Storage, args: argparse.Namespace) -> None:
     _write(_json_line(cancel_run(storage, args.run_id, args.reason).to_dict()))
 
 
+def _export(storage: Storage, args: argparse.Namespace) -> None:
+    from kassette import explore  # pandas and pyarrow: needed by this verb only
+
+    _write(_json_line(explore.export(storage, args.out, format=args.format)))
+
+
 # -- fork lineage ----------------------------------------------------------------------------
 
 
@@ -327,6 +333,10 @@ def _parser() -> _Parser:
     sub = verb("cancel", _cancel, "Cancel a run; print its new status as one JSON object.")
     sub.add_argument("run_id", metavar="RUN_ID")
     sub.add_argument("--reason", metavar="R", help="recorded in the cancel entry")
+
+    sub = verb("export", _export, "Write every run's entries and a runs table into OUT.")
+    sub.add_argument("out", metavar="OUT", help="a directory (created if missing)")
+    sub.add_argument("--format", choices=("parquet", "jsonl", "csv"), required=True)
     return parser
 
 
@@ -354,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KassetteError as exc:
         _report(exc, sys.stderr)
         return _exit_code(exc)
+    except ImportError as exc:  # export without the explore extra
+        _report(exc, sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:  # e.g. `kassette dump RUN | head -1`: the reader is gone
         _silence_stdout()
         return EXIT_ERROR

@@ -463,7 +463,8 @@ def test_an_unknown_storage_scheme_exits_2(cli: Cli, url: str) -> None:
         ["list", "--bogus"],
         ["--bogus", "list"],
         ["explode"],
-        ["export", "out", "--format", "csv"],  # a later issue adds it
+        ["export", "out"],  # --format is required
+        ["export", "out", "--format", "xlsx"],
         [],
         ["status"],
         ["status", "a", "b"],
@@ -516,7 +517,7 @@ def test_storage_defaults_to_the_environment_then_to_dot_kassette(
 
 
 @pytest.mark.parametrize(
-    "verb", [[], ["list"], ["status"], ["dump"], ["fork"], ["tree"], ["cancel"]]
+    "verb", [[], ["list"], ["status"], ["dump"], ["fork"], ["tree"], ["cancel"], ["export"]]
 )
 def test_help_prints_to_stdout_and_exits_0(cli: Cli, verb: list[str]) -> None:
     code, out, err = cli(*verb, "--help", storage=False)
@@ -583,4 +584,5 @@ def test_docs_describe_exactly_the_registered_verbs() -> None:
     documented = {
         line.split("`")[1].split()[0] for line in docs.splitlines() if line.startswith("### `")
     }
-    assert documented == set(verbs) == {"list", "status", "dump", "fork", "tree", "cancel"}
+    verbs_promised = {"list", "status", "dump", "fork", "tree", "cancel", "export"}
+    assert documented == set(verbs) == verbs_promised

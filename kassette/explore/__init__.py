@@ -1,0 +1,58 @@
+"""kassette.explore: journals as data, in a notebook.
+
+    from kassette import explore as kx
+
+    journals = kx.load("file:.kassette")   # .runs and .entries (pandas), .to_arrow(), .to_parquet()
+    print(kx.lineage(journals))            # the fork forest, as text (and HTML in Jupyter)
+    kx.compare(journals, ["plan", "plan-retry"])   # steps side by side, first divergence marked
+    kx.RunTree(journals)                   # a widget: click a run to see its entries
+    kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
+
+Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
+Needs the `explore` extra: pandas and pyarrow, and ipywidgets for the two widgets.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+_HINT = 'kassette.explore needs pandas and pyarrow: pip install "kassette[explore]"'
+
+try:
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised in a bare environment
+    raise ImportError(f"{_HINT} ({exc})") from exc
+
+from kassette.explore.compare import compare  # noqa: E402
+from kassette.explore.export import export  # noqa: E402
+from kassette.explore.frames import ENTRY_SCHEMA, RUN_SCHEMA, Journals, load  # noqa: E402
+from kassette.explore.lineage import Lineage, RunNode, lineage  # noqa: E402
+
+if TYPE_CHECKING:
+    from kassette.explore.widgets import ForkExplorer, RunTree
+
+__all__ = [
+    "ENTRY_SCHEMA",
+    "RUN_SCHEMA",
+    "ForkExplorer",
+    "Journals",
+    "Lineage",
+    "RunNode",
+    "RunTree",
+    "compare",
+    "export",
+    "lineage",
+    "load",
+]
+
+_WIDGETS = {"ForkExplorer", "RunTree"}
+
+
+def __getattr__(name: str) -> Any:
+    """The widgets import ipywidgets, so they load on first use."""
+    if name in _WIDGETS:
+        from kassette.explore import widgets
+
+        return getattr(widgets, name)
+    raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")

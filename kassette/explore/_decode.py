@@ -1,0 +1,465 @@
+"""Journal bytes to Arrow: one row per entry, and one row per run derived from those rows.
+
+Every journal line has the same envelope (`type`, `session`, `offset`, `timestamp`) and then
+the fields of its type. The envelope and the few fields worth a column (step or event id, name,
+kind, event, duration) are parsed by Arrow's JSON reader in one multi-threaded pass over all
+runs; the rest of each line is the entry's payload, kept as JSON text in `value` without being
+parsed and re-serialised: for a line that starts with the envelope in its canonical form (as
+kassette and upstream kassette write it), `value` is the line's own bytes after the envelope.
+
+Anything that path cannot take (a line with another key order or spacing, a field of an
+unexpected type, a timestamp Arrow does not read, a corrupt line) sends that run, alone, down a
+plain Python path that reads any journal with the envelope, and raises `JournalCorruptionError`
+where kassette's own reader would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from kassette.errors import JournalCorruptionError
+from kassette.journal import TERMINAL_TYPES
+
+__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode"]
+
+_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+
+ENTRY_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("session", pa.int64(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("timestamp", _TIMESTAMP),
+        pa.field("step_id", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("kind", pa.string()),
+        pa.field("event", pa.string()),
+        pa.field("duration_ms", pa.float64()),
+        pa.field("value", pa.large_string(), nullable=False),
+    ]
+)
+
+RUN_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("version", pa.string()),
+        pa.field("parent_run_id", pa.string()),
+        pa.field("fork_offset", pa.int64()),
+        pa.field("sessions", pa.int64(), nullable=False),
+        pa.field("steps", pa.int64(), nullable=False),
+        pa.field("started_at", _TIMESTAMP),
+        pa.field("ended_at", _TIMESTAMP),
+        pa.field("duration_s", pa.float64()),
+        pa.field("pending_events", pa.list_(pa.string()), nullable=False),
+        pa.field("error", pa.string()),
+    ]
+)
+
+ENVELOPE = ("type", "session", "offset", "timestamp")
+
+# What Arrow's JSON reader extracts; every other field is skipped (and kept in `value`).
+_READ_SCHEMA = pa.schema(
+    [
+        ("type", pa.string()),
+        ("session", pa.int64()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.string()),
+        ("stepId", pa.string()),
+        ("eventId", pa.string()),
+        ("name", pa.string()),
+        ("kind", pa.string()),
+        ("event", pa.string()),
+        ("durationMs", pa.float64()),
+    ]
+)
+_PARSE_OPTIONS = pa_json.ParseOptions(
+    explicit_schema=_READ_SCHEMA, unexpected_field_behavior="ignore"
+)
+_STATUS_OF_TERMINAL = {"complete": "completed", "error": "failed", "cancel": "canceled"}
+_SCAN_WINDOW = 1 << 22  # bytes searched for newlines at a time
+_MAX_VIEW_BYTES = 1 << 31  # string views address their data with 32-bit offsets
+_CANONICAL = (
+    r'^\{"type":"[^"\\]*","session":[1-9][0-9]*,"offset":(?:0|[1-9][0-9]*),'
+    r'"timestamp":"[^"\\]*"[,}]'
+)
+
+IntArray = npt.NDArray[np.int64]
+
+
+class Batch:
+    """Complete journal lines of several runs, concatenated, and where each run's lines end."""
+
+    def __init__(self) -> None:
+        self.run_ids: list[str] = []
+        self.data = bytearray()
+        self._sizes: list[int] = []
+        self._ends: IntArray | None = None
+
+    def add(self, run_id: str, journal: bytes) -> None:
+        """Append a run's journal; a torn final line (no newline yet) is left out."""
+        complete = journal[: journal.rfind(b"\n") + 1]
+        self.run_ids.append(run_id)
+        self._sizes.append(len(complete))
+        self.data += complete
+        self._ends = None
+
+    def line_ends(self) -> IntArray:
+        """The position of every newline in `data`."""
+        if self._ends is None:  # a window at a time: no mask as large as the data
+            raw = np.frombuffer(self.data, dtype=np.uint8)
+            windows = range(0, len(raw), _SCAN_WINDOW)
+            found = [
+                np.flatnonzero(raw[at : at + _SCAN_WINDOW] == ord("\n")) + at for at in windows
+            ]
+            self._ends = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+        return self._ends
+
+    def counts(self, ends: IntArray) -> IntArray:
+        """How many lines each run has, given `line_ends()`."""
+        boundaries = np.cumsum(np.asarray(self._sizes, dtype=np.int64))
+        below = np.searchsorted(ends, boundaries, side="left")
+        return np.diff(below, prepend=0).astype(np.int64)
+
+    def split(self) -> tuple[Batch, Batch]:
+        """The first half of the runs and the second half."""
+        half, cut = len(self.run_ids) // 2, sum(self._sizes[: len(self.run_ids) // 2])
+        first, second = Batch(), Batch()
+        for part, runs, sizes, data in (
+            (first, self.run_ids[:half], self._sizes[:half], self.data[:cut]),
+            (second, self.run_ids[half:], self._sizes[half:], self.data[cut:]),
+        ):
+            part.run_ids, part._sizes, part.data = runs, sizes, data
+        return first, second
+
+
+def decode(batch: Batch) -> tuple[pa.Table, pa.Table]:
+    """The entries table and the runs table of every run in `batch`, in `batch`'s order."""
+    entries = _entries(batch)
+    return entries, _runs(entries, batch.run_ids, batch.counts(batch.line_ends()))
+
+
+def _entries(batch: Batch) -> pa.Table:
+    table = _fast_entries(batch)
+    if table is not None:
+        return table
+    if len(batch.run_ids) == 1:
+        return _python_entries(batch.run_ids[0], bytes(batch.data))
+    first, second = batch.split()  # isolate the runs the fast path cannot take
+    return pa.concat_tables([_entries(first), _entries(second)])
+
+
+# -- the fast path -----------------------------------------------------------------------------
+
+
+def _fast_entries(batch: Batch) -> pa.Table | None:
+    """Entries via Arrow's JSON reader, or None when a line is not in canonical form."""
+    ends = batch.line_ends()
+    total = len(ends)
+    if total == 0:
+        return ENTRY_SCHEMA.empty_table()
+    if len(batch.data) >= _MAX_VIEW_BYTES:
+        return None
+    counts = batch.counts(ends)
+    starts = np.empty(total, dtype=np.int64)
+    starts[0], starts[1:] = 0, ends[:-1] + 1
+    longest = int((ends - starts).max()) + 1
+    options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
+    try:
+        parsed = pa_json.read_json(
+            pa.BufferReader(pa.py_buffer(batch.data)),
+            read_options=options,
+            parse_options=_PARSE_OPTIONS,
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if parsed.num_rows != total or any(
+        parsed.column(name).null_count for name in ("type", "session", "offset", "timestamp")
+    ):
+        return None
+    offsets = parsed.column("offset").to_numpy()
+    first_row = np.repeat(np.cumsum(counts) - counts, counts)
+    if (offsets != np.arange(total) - first_row).any():
+        return None
+    try:
+        timestamps = parsed.column("timestamp").cast(_TIMESTAMP)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    payload_starts = _payload_starts(batch.data, starts, ends, parsed)
+    if payload_starts is None:
+        return None
+    kinds = parsed.column("type")
+    is_step = pc.equal(kinds, "step")
+    run_ids = pa.array(batch.run_ids, pa.string()).take(
+        np.repeat(np.arange(len(batch.run_ids)), counts)
+    )
+    columns = [
+        run_ids,
+        parsed.column("offset"),
+        parsed.column("session"),
+        kinds,
+        timestamps,
+        pc.coalesce(parsed.column("stepId"), parsed.column("eventId")),
+        parsed.column("name"),
+        pc.if_else(is_step, pc.coalesce(parsed.column("kind"), "step"), parsed.column("kind")),
+        parsed.column("event"),
+        parsed.column("durationMs"),
+        _values(batch.data, payload_starts, ends),
+    ]
+    return pa.Table.from_arrays(columns, schema=ENTRY_SCHEMA)
+
+
+def _payload_starts(
+    data: bytearray, starts: IntArray, ends: IntArray, parsed: pa.Table
+) -> IntArray | None:
+    """Where each line's payload begins, if every line opens with the canonical envelope.
+
+    A canonical line is `{"type":T,"session":S,"offset":O,"timestamp":TS` then `,` or `}`,
+    with T and TS free of escapes and S and O plain integers, so the parsed values have the
+    same lengths as their text and the payload starts at the sum of the lengths.
+    """
+    bounds = np.append(starts, ends[-1] + 1)
+    lines = pa.Array.from_buffers(
+        pa.large_binary(), len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+    )
+    if not pc.all(pc.match_substring_regex(lines, _CANONICAL)).as_py():
+        return None
+    lengths = [
+        pc.binary_length(parsed.column(name)).to_numpy().astype(np.int64)
+        for name in ("type", "timestamp")
+    ]
+    text = [
+        pc.binary_length(pc.cast(parsed.column(name), pa.string())).to_numpy().astype(np.int64)
+        for name in ("session", "offset")
+    ]
+    envelope = len('{"type":"","session":,"offset":,"timestamp":""')
+    closing = starts + envelope + lengths[0] + lengths[1] + text[0] + text[1]  # `,` or `}`
+    raw = np.frombuffer(data, dtype=np.uint8)
+    # `,rest}` becomes `{rest}`; a bare `"}` (no payload) becomes `{}`.
+    payload: IntArray = np.where(raw[closing] == ord(","), closing, closing - 1)
+    return payload
+
+
+def _values(data: bytearray, starts: IntArray, ends: IntArray) -> pa.Array:
+    """A string array of `data[starts[i]:ends[i]]`, each first byte overwritten with `{`.
+
+    The slices become a string-view array over `data` (no copy), which one cast compacts
+    into an ordinary string array. `data` is modified: it is only read once.
+    """
+    raw = np.frombuffer(data, dtype=np.uint8)
+    raw[starts] = ord("{")
+    lengths = ends - starts
+    long = lengths > 12
+    # A view is 16 bytes: the length, then either the bytes themselves (up to 12) or the
+    # first 4 bytes, the buffer's index (0) and the offset into it.
+    views = np.zeros((len(starts), 4), dtype=np.int32)
+    views[:, 0] = lengths
+    views[long, 3] = starts[long]
+    as_bytes = views.view(np.uint8)
+    for index in range(12):
+        rows = np.flatnonzero(np.where(long, index < 4, index < lengths))
+        as_bytes[rows, 4 + index] = raw[starts[rows] + index]
+    array = pa.Array.from_buffers(
+        pa.string_view(), len(starts), [None, pa.py_buffer(views), pa.py_buffer(data)]
+    )
+    return array.cast(pa.large_string())
+
+
+# -- the general path --------------------------------------------------------------------------
+
+
+def _python_entries(run_id: str, data: bytes) -> pa.Table:
+    """Entries of one run read line by line; corruption raises like `Journal.parse`."""
+    columns: dict[str, list[Any]] = {name: [] for name in ENTRY_SCHEMA.names}
+    lines = data.split(b"\n")[:-1]
+    for number, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        expected = number - 1
+        if not isinstance(entry, dict):
+            raise JournalCorruptionError(
+                f"run {run_id}: line {number} is not a JSON object: {line[:80]!r}",
+                run_id=run_id,
+                offset=expected,
+            )
+        offset, session, kind = entry.get("offset"), entry.get("session"), entry.get("type")
+        if type(offset) is not int or offset != expected:
+            problem = (
+                "missing offset"
+                if type(offset) is not int
+                else ("duplicate offset" if offset < expected else "offset gap")
+            )
+            raise JournalCorruptionError(
+                f"run {run_id}: {problem} at line {number}: expected offset {expected}, "
+                f"got {offset!r}",
+                run_id=run_id,
+                offset=expected,
+            )
+        if type(session) is not int or session < 1 or not isinstance(kind, str):
+            raise JournalCorruptionError(
+                f"run {run_id}: line {number} (offset {offset}) lacks a valid type or session",
+                run_id=run_id,
+                offset=offset,
+            )
+        step_id = _text(entry.get("stepId"))
+        columns["run_id"].append(run_id)
+        columns["offset"].append(offset)
+        columns["session"].append(session)
+        columns["type"].append(kind)
+        columns["timestamp"].append(_parse_time(entry.get("timestamp")))
+        columns["step_id"].append(step_id if step_id is not None else _text(entry.get("eventId")))
+        columns["name"].append(_text(entry.get("name")))
+        columns["kind"].append(_text(entry.get("kind")) or ("step" if kind == "step" else None))
+        columns["event"].append(_text(entry.get("event")))
+        columns["duration_ms"].append(_number(entry.get("durationMs")))
+        payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
+        columns["value"].append(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+    return pa.table(columns, schema=ENTRY_SCHEMA)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _parse_time(value: object) -> datetime | None:
+    """Any ISO 8601 time Python reads; one without a zone is taken as UTC."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _RunState:
+    """What a run's status needs, folded from its non-step entries in offset order."""
+
+    version: str | None = None
+    source: dict[str, Any] | None = None
+    source_row: int | None = None
+    terminal: str | None = None
+    terminal_row: int | None = None
+    error: str | None = None
+    suspends: dict[str, None] = field(default_factory=dict)
+    resumes: set[str] = field(default_factory=set)
+
+
+def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Table:
+    """One row per run, with its status derived from its entries as `kassette.journal` does."""
+    first = np.cumsum(count) - count
+    present = count > 0
+    sessions = np.zeros(len(count), dtype=np.int64)
+    steps = np.zeros(len(count), dtype=np.int64)
+    if entries.num_rows:
+        session_column = entries.column("session").to_numpy()
+        is_step = pc.equal(entries.column("type"), "step").to_numpy(zero_copy_only=False)
+        sessions[present] = np.maximum.reduceat(session_column, first[present])
+        steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
+    states = [_RunState() for _ in run_ids]
+    is_control = pc.not_equal(entries.column("type"), "step")
+    control = pc.indices_nonzero(is_control).to_numpy().astype(np.int64)
+    owner = np.searchsorted(first, control, side="right") - 1
+    kinds = entries.column("type").take(control).to_pylist()
+    ids = entries.column("step_id").take(control).to_pylist()
+    events = entries.column("event").take(control).to_pylist()
+    names = entries.column("name").take(control).to_pylist()
+    values = entries.column("value").take(control).to_pylist()
+    for row, run, kind, event_id, event, name, value in zip(
+        control.tolist(), owner.tolist(), kinds, ids, events, names, values, strict=True
+    ):
+        _fold(states[run], row, kind, event_id or event or name, value)
+    timestamps = entries.column("timestamp")
+    started_rows: list[int | None] = []
+    for state, start, has_rows in zip(states, first.tolist(), present.tolist(), strict=True):
+        started_rows.append(state.source_row if state.source_row is not None else start)
+        if not has_rows:
+            started_rows[-1] = None
+    started = _take_times(timestamps, started_rows)
+    ended = _take_times(timestamps, [state.terminal_row for state in states])
+    duration = pc.divide(
+        pc.cast(pc.subtract(ended, started), pa.int64()), pa.scalar(1000.0, pa.float64())
+    )
+    return pa.Table.from_arrays(
+        [
+            pa.array(run_ids, pa.string()),
+            pa.array([_status(state) for state in states], pa.string()),
+            pa.array([state.version for state in states], pa.string()),
+            pa.array([_source_field(state, "runId", str) for state in states], pa.string()),
+            pa.array([_source_field(state, "fromOffset", int) for state in states], pa.int64()),
+            pa.array(sessions, pa.int64()),
+            pa.array(steps, pa.int64()),
+            started,
+            ended,
+            duration,
+            pa.array(
+                [[e for e in s.suspends if e not in s.resumes] for s in states],
+                pa.list_(pa.string()),
+            ),
+            pa.array([state.error for state in states], pa.string()),
+        ],
+        schema=RUN_SCHEMA,
+    )
+
+
+def _fold(state: _RunState, row: int, kind: str, event_id: str | None, value: str) -> None:
+    if kind == "start":
+        payload = json.loads(value)
+        version, source = payload.get("version"), payload.get("source")
+        if state.version is None and isinstance(version, str):
+            state.version = version
+        if isinstance(source, dict):  # a fork of a fork copies its parent's link: last wins
+            state.source, state.source_row = source, row
+    elif kind == "suspend" and event_id is not None:
+        state.suspends.setdefault(event_id)
+    elif kind == "resume" and event_id is not None:
+        state.resumes.add(event_id)
+    elif kind in TERMINAL_TYPES and state.terminal is None:
+        state.terminal, state.terminal_row = kind, row
+        if kind == "error":
+            state.error = _error_text(json.loads(value).get("error"))
+
+
+def _error_text(error: object) -> str:
+    if isinstance(error, dict):
+        name, message = error.get("name", "Error"), error.get("message", "")
+        return f"{name}: {message}" if message else str(name)
+    return str(error)
+
+
+def _status(state: _RunState) -> str:
+    if state.terminal is not None:
+        return _STATUS_OF_TERMINAL[state.terminal]
+    return "suspended" if any(e not in state.resumes for e in state.suspends) else "running"
+
+
+def _source_field(state: _RunState, key: str, kind: type) -> Any:
+    value = state.source.get(key) if state.source else None
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def _take_times(timestamps: pa.ChunkedArray, rows: list[int | None]) -> pa.Array:
+    if not rows:
+        return pa.array([], _TIMESTAMP)
+    return timestamps.take(pa.array(rows, pa.int64())).combine_chunks()

@@ -1,0 +1,233 @@
+"""Export: a storage's runs written out for analysis as Parquet, JSON lines or CSV.
+
+`export(storage, out, format=...)` writes two tables into the directory `out`: the entries
+and the runs, with the columns of `Journals.entries` and `Journals.runs`. Parquet gives two
+datasets (`out/entries/`, `out/runs/`); JSON lines and CSV give `entries.jsonl`/`runs.jsonl`
+or `entries.csv`/`runs.csv`, timestamps as ISO 8601 text. In JSON lines an entry's `value`
+is embedded as JSON; in CSV it is JSON text. Runs are read and written a batch at a time, so
+a store larger than memory exports too, with a progress bar on stderr when that is a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.dataset as pa_dataset
+import pyarrow.parquet as pq
+
+from kassette.errors import InvalidArgumentError
+from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, decode
+from kassette.explore.frames import read_batches, unique_run_ids
+from kassette.storage import Storage, open_storage
+
+__all__ = ["FORMATS", "ParquetSink", "export"]
+
+Format = Literal["parquet", "jsonl", "csv"]
+FORMATS: tuple[Format, ...] = ("parquet", "jsonl", "csv")
+
+
+class Sink(Protocol):
+    """Where an export writes: batches of entries and runs, then `close`."""
+
+    def write(self, entries: pa.Table, runs: pa.Table) -> None: ...
+
+    def close(self) -> list[Path]: ...
+
+
+class ParquetSink:
+    """`directory/entries/` and `directory/runs/`, one Parquet file each, written in batches
+    (or, with `partition_by_run`, the entries as one hive partition per run)."""
+
+    def __init__(self, directory: Path, *, partition_by_run: bool = False) -> None:
+        self.directory = directory
+        self.partition_by_run = partition_by_run
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._files: list[Path] = []
+
+    def write(self, entries: pa.Table, runs: pa.Table) -> None:
+        if self.partition_by_run:
+            target = self.directory / "entries"
+            pa_dataset.write_dataset(
+                entries,
+                target,
+                format="parquet",
+                partitioning=pa_dataset.partitioning(
+                    pa.schema([ENTRY_SCHEMA.field("run_id")]), flavor="hive"
+                ),
+                existing_data_behavior="overwrite_or_ignore",
+                basename_template=f"part-{len(self._files)}-{{i}}.parquet",
+            )
+            self._files.append(target)
+        else:
+            self._writer("entries", ENTRY_SCHEMA).write_table(entries)
+        self._writer("runs", RUN_SCHEMA).write_table(runs)
+
+    def close(self) -> list[Path]:
+        for name in ("entries", "runs"):
+            if name not in self._writers and not (name == "entries" and self.partition_by_run):
+                self._writer(name, ENTRY_SCHEMA if name == "entries" else RUN_SCHEMA)
+        for writer in self._writers.values():
+            writer.close()
+        return sorted(set(self._files))
+
+    def _writer(self, name: str, schema: pa.Schema) -> pq.ParquetWriter:
+        writer = self._writers.get(name)
+        if writer is None:
+            path = self.directory / name / "part-0.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = self._writers[name] = pq.ParquetWriter(path, schema)
+            self._files.append(path)
+        return writer
+
+
+class _CsvSink:
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._paths = {name: directory / f"{name}.csv" for name in ("entries", "runs")}
+        self._writers = {
+            name: pa_csv.CSVWriter(path, _as_text(schema.empty_table()).schema)
+            for (name, path), schema in zip(
+                self._paths.items(), (ENTRY_SCHEMA, RUN_SCHEMA), strict=True
+            )
+        }
+
+    def write(self, entries: pa.Table, runs: pa.Table) -> None:
+        self._writers["entries"].write_table(_as_text(entries))
+        self._writers["runs"].write_table(_as_text(runs))
+
+    def close(self) -> list[Path]:
+        for writer in self._writers.values():
+            writer.close()
+        return list(self._paths.values())
+
+
+class _JsonLinesSink:
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._paths = {name: directory / f"{name}.jsonl" for name in ("entries", "runs")}
+        self._files: dict[str, IO[str]] = {
+            name: path.open("w", encoding="utf-8")  # closed by close()
+            for name, path in self._paths.items()
+        }
+
+    def write(self, entries: pa.Table, runs: pa.Table) -> None:
+        self._files["entries"].writelines(_json_lines(entries))
+        self._files["runs"].writelines(_json_lines(runs))
+
+    def close(self) -> list[Path]:
+        for file in self._files.values():
+            file.close()
+        return list(self._paths.values())
+
+
+def _as_text(table: pa.Table) -> pa.Table:
+    """Timestamps as ISO 8601 text and lists as JSON text: what CSV and JSON lines hold."""
+    columns = []
+    for field in table.schema:
+        column = table.column(field.name)
+        if pa.types.is_timestamp(field.type):
+            column = pc.strftime(column, format="%Y-%m-%dT%H:%M:%SZ")
+        elif pa.types.is_list(field.type):
+            column = pa.array(
+                [json.dumps(item, ensure_ascii=False) for item in column.to_pylist()], pa.string()
+            )
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _json_lines(table: pa.Table) -> Iterator[str]:
+    """One JSON object per row; `value` (already JSON text) is embedded, not quoted."""
+    names = table.column_names
+    text = _as_text(table)
+    keys = [json.dumps(name) + ":" for name in names]
+    columns = [
+        table.column(name).to_pylist()
+        if pa.types.is_list(table.schema.field(name).type)
+        # lists stay lists in JSON; timestamps come from the ISO text
+        else text.column(name).to_pylist()
+        for name in names
+    ]
+    for row in zip(*columns, strict=True):
+        parts = [
+            key + (value if name == "value" else json.dumps(value, ensure_ascii=False))
+            for key, name, value in zip(keys, names, row, strict=True)
+        ]
+        yield "{" + ",".join(parts) + "}\n"
+
+
+class _Progress:
+    """`export  [#########...........]  450/1000 runs` on stderr, redrawn in place."""
+
+    def __init__(self, total: int, stream: IO[str] | None, width: int = 30) -> None:
+        self.total, self.done, self.stream, self.width = total, 0, stream, width
+        self._drawn = 0.0
+
+    def advance(self, runs: int) -> None:
+        self.done += runs
+        now = time.monotonic()
+        if self.stream is not None and (now - self._drawn > 0.1 or self.done >= self.total):
+            filled = self.width * self.done // max(self.total, 1)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\rexport  [{bar}]  {self.done}/{self.total} runs")
+            self.stream.flush()
+            self._drawn = now
+
+    def close(self) -> None:
+        if self.stream is not None and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def export(
+    storage_or_url: Storage | str,
+    out: str | os.PathLike[str],
+    *,
+    format: Format = "parquet",
+    run_ids: Iterable[str] | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Write the entries and runs of every run (or of `run_ids`) into the directory `out`.
+
+    `format` is "parquet", "jsonl" or "csv". `progress` draws a progress bar on stderr;
+    None (the default) draws it when stderr is a terminal. Returns a summary: the format, the
+    directory, the numbers of runs and entries, and the files written.
+    """
+    if format not in FORMATS:
+        raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    storage = open_storage(storage_or_url)
+    wanted = unique_run_ids(run_ids)
+    total = len(wanted) if wanted is not None else sum(1 for _ in storage.list_runs())
+    directory = Path(out)
+    sink: Sink = (
+        ParquetSink(directory)
+        if format == "parquet"
+        else (_CsvSink(directory) if format == "csv" else _JsonLinesSink(directory))
+    )
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = _Progress(total, sys.stderr if show else None)
+    runs = entries = 0
+    try:
+        for batch in read_batches(storage, wanted, skipped=lambda _: bar.advance(1)):
+            entry_table, run_table = decode(batch)
+            sink.write(entry_table, run_table)
+            runs, entries = runs + run_table.num_rows, entries + entry_table.num_rows
+            bar.advance(len(batch.run_ids))
+    finally:
+        files = sink.close()
+        bar.close()
+    return {
+        "format": format,
+        "path": str(directory),
+        "runs": runs,
+        "entries": entries,
+        "files": [str(path) for path in files],
+    }

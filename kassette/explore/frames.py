@@ -1,0 +1,201 @@
+"""Journals as frames: every entry of every run as one table, and one row per run.
+
+`load(storage)` reads the runs of a storage into a `Journals`: `.entries` (one row per entry:
+its envelope, the columns worth filtering on, and its payload as JSON text in `value`) and
+`.runs` (one row per run: status, version, fork source, counts, times, pending events,
+error), as pandas frames or as Arrow tables with the fixed schemas `ENTRY_SCHEMA` and
+`RUN_SCHEMA`, whose column types do not depend on what the journals hold.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
+from kassette.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
+
+Table = Literal["entries", "runs"]
+BATCH_BYTES = 64 << 20  # journal bytes decoded at a time
+
+
+class Journals:
+    """A snapshot of some runs of a storage, as an entries table and a runs table.
+
+    Frames are built once, on first use, from the Arrow tables (sharing their memory where
+    pandas can). `reload()` reads the same runs again.
+    """
+
+    def __init__(
+        self,
+        entries: pa.Table,
+        runs: pa.Table,
+        *,
+        storage: Storage | None = None,
+        run_ids: list[str] | None = None,
+    ) -> None:
+        self._tables: dict[str, pa.Table] = {"entries": entries, "runs": runs}
+        self._frames: dict[str, pd.DataFrame] = {}
+        self.storage = storage
+        self._run_ids = run_ids
+
+    @property
+    def entries(self) -> pd.DataFrame:
+        """One row per entry: `run_id, offset, session, type, timestamp, step_id, name, kind,
+        event, duration_ms, value` (the entry's fields other than the envelope, as JSON)."""
+        return self._frame("entries")
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        """One row per run: `run_id, status, version, parent_run_id, fork_offset, sessions,
+        steps, started_at, ended_at, duration_s, pending_events, error`."""
+        return self._frame("runs")
+
+    @property
+    def run_ids(self) -> list[str]:
+        return self._tables["runs"].column("run_id").to_pylist()  # type: ignore[no-any-return]
+
+    def to_arrow(self, table: Table = "entries") -> pa.Table:
+        """The `entries` (default) or `runs` table, with `ENTRY_SCHEMA` or `RUN_SCHEMA`."""
+        if table not in self._tables:
+            raise InvalidArgumentError(f"table must be 'entries' or 'runs', not {table!r}")
+        return self._tables[table]
+
+    def to_parquet(
+        self, directory: str | os.PathLike[str], *, partition_by_run: bool = False
+    ) -> Path:
+        """Write `directory/entries/` and `directory/runs/`, two Parquet datasets.
+
+        Read them back with `pandas.read_parquet(directory / "entries")` or
+        `pyarrow.dataset.dataset(...)`. With `partition_by_run`, the entries are split into
+        one hive partition per run (`entries/run_id=ID/`), so a reader can skip whole runs.
+        """
+        from kassette.explore.export import ParquetSink
+
+        sink = ParquetSink(Path(directory), partition_by_run=partition_by_run)
+        sink.write(self._tables["entries"], self._tables["runs"])
+        sink.close()
+        return Path(directory)
+
+    def reload(self) -> Journals:
+        """The same runs (or, if all runs were loaded, all runs) read again from storage."""
+        if self.storage is None:
+            raise InvalidArgumentError("these journals were not loaded from a storage")
+        return load(self.storage, run_ids=self._run_ids)
+
+    def __len__(self) -> int:
+        return int(self._tables["runs"].num_rows)
+
+    def __repr__(self) -> str:
+        statuses = self._status_counts()
+        summary = ", ".join(f"{count} {status}" for status, count in statuses)
+        runs, entries = len(self), self._tables["entries"].num_rows
+        return (
+            f"<Journals: {runs} run{'s' if runs != 1 else ''}"
+            f"{f' ({summary})' if summary else ''}, {entries} entries>"
+        )
+
+    def _repr_html_(self) -> str:
+        title = html.escape(repr(self)[1:-1])
+        table = self.runs.to_html(index=False, max_rows=50, na_rep="")
+        return f"<div><p><b>{title}</b></p>{table}</div>"
+
+    # -- for lineage, compare and the widgets ----------------------------------------------
+
+    def _frame(self, table: str) -> pd.DataFrame:
+        frame = self._frames.get(table)
+        if frame is None:
+            types = {pa.int64(): pd.Int64Dtype()} if table == "runs" else {}
+            frame = self._tables[table].to_pandas(types_mapper=types.get)
+            self._frames[table] = frame
+        return frame
+
+    def _entries_of(self, run_id: str) -> pd.DataFrame:
+        entries = self._tables["entries"]
+        rows = entries.filter(pc.equal(entries.column("run_id"), run_id))
+        return rows.to_pandas()
+
+    def _subset(self, run_ids: Iterable[str]) -> Journals:
+        wanted = pa.array(list(run_ids), pa.string())
+        entries, runs = self._tables["entries"], self._tables["runs"]
+        return Journals(
+            entries.filter(pc.is_in(entries.column("run_id"), wanted)),
+            runs.filter(pc.is_in(runs.column("run_id"), wanted)),
+            storage=self.storage,
+            run_ids=wanted.to_pylist(),
+        )
+
+    def _status_counts(self) -> Iterator[tuple[str, int]]:
+        order = ("completed", "failed", "canceled", "suspended", "running")
+        counts = pc.value_counts(self._tables["runs"].column("status")).to_pylist()
+        found = {item["values"]: item["counts"] for item in counts}
+        for status in (*order, *sorted(set(found) - set(order))):
+            if status in found:
+                yield status, found[status]
+
+
+def load(storage_or_url: Storage | str, *, run_ids: Iterable[str] | None = None) -> Journals:
+    """Read runs (all of them, or `run_ids` in that order) into a `Journals`.
+
+    Accepts a `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`). Journals
+    written by upstream TypeScript kassette load too. A run named in `run_ids` that does not
+    exist raises `RunNotFoundError`; a corrupt journal raises `JournalCorruptionError`.
+    """
+    storage = open_storage(storage_or_url)
+    wanted = unique_run_ids(run_ids)
+    decoded = [decode(batch) for batch in read_batches(storage, wanted)]
+    if not decoded:
+        decoded = [decode(Batch())]
+    entries = pa.concat_tables([entries for entries, _ in decoded])
+    runs = pa.concat_tables([runs for _, runs in decoded])
+    return Journals(entries, runs, storage=storage, run_ids=wanted)
+
+
+def unique_run_ids(run_ids: Iterable[str] | None) -> list[str] | None:
+    """`run_ids` without repeats (a single id may be given as a string), or None for all."""
+    if run_ids is None:
+        return None
+    return list(dict.fromkeys([run_ids] if isinstance(run_ids, str) else run_ids))
+
+
+def read_batches(
+    storage: Storage,
+    run_ids: list[str] | None,
+    *,
+    skipped: Callable[[str], None] | None = None,
+    batch_bytes: int | None = None,
+) -> Iterator[Batch]:
+    """The journals of `run_ids` (None: every run) in batches of about `batch_bytes` bytes
+    (default `BATCH_BYTES`).
+
+    A named run that does not exist raises `RunNotFoundError`; a listed run that disappeared
+    before it was read is passed to `skipped`.
+    """
+    batch = Batch()
+    for run_id in run_ids if run_ids is not None else list(storage.list_runs()):
+        snapshot = storage.read(run_id)
+        if snapshot is None:
+            if run_ids is not None:
+                raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+            if skipped is not None:
+                skipped(run_id)
+            continue
+        batch.add(run_id, snapshot.data)
+        if len(batch.data) >= (batch_bytes or BATCH_BYTES):
+            yield batch
+            batch = Batch()
+    if batch.run_ids:
+        yield batch

@@ -1,0 +1,166 @@
+"""Parquet round trips (Journals.to_parquet) and kx.export to Parquet, JSON lines and CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pa_dataset
+import pyarrow.parquet as pq
+import pytest
+from conftest import RUNS, Scenario
+
+from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, RunNotFoundError
+from kassette import explore as kx
+from kassette.journal import encode, format_timestamp
+
+
+def journal_bytes(rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """Each run's journal rebuilt from entries rows (envelope + payload), as kassette encodes."""
+    journals: dict[str, bytes] = {}
+    for row in sorted(rows, key=lambda r: (r["run_id"], r["offset"])):
+        envelope = {
+            "type": row["type"],
+            "session": row["session"],
+            "offset": row["offset"],
+            "timestamp": format_timestamp(row["timestamp"].timestamp()),
+        }
+        line = encode({**envelope, **json.loads(row["value"])})
+        journals[row["run_id"]] = journals.get(row["run_id"], b"") + line
+    return journals
+
+
+def stored(scenario: Scenario) -> dict[str, bytes]:
+    result = {}
+    for run_id in scenario.storage.list_runs():
+        snapshot = scenario.storage.read(run_id)
+        assert snapshot is not None
+        result[run_id] = snapshot.data
+    return result
+
+
+def test_parquet_round_trip_preserves_every_entry(scenario: Scenario, tmp_path: Path) -> None:
+    journals = kx.load(scenario.storage)
+    assert journals.to_parquet(tmp_path / "out") == tmp_path / "out"
+    entries = pq.read_table(tmp_path / "out" / "entries")
+    runs = pq.read_table(tmp_path / "out" / "runs")
+    assert entries.schema == kx.ENTRY_SCHEMA and runs.schema == kx.RUN_SCHEMA
+    assert entries.equals(journals.to_arrow("entries"))
+    assert runs.equals(journals.to_arrow("runs"))
+    assert journal_bytes(entries.to_pylist()) == stored(scenario)
+    frame = pd.read_parquet(tmp_path / "out" / "entries")
+    pd.testing.assert_frame_equal(frame, journals.entries)
+
+
+def test_parquet_partitioned_by_run(scenario: Scenario, tmp_path: Path) -> None:
+    journals = kx.load(scenario.storage)
+    journals.to_parquet(tmp_path, partition_by_run=True)
+    partitions = sorted(path.name for path in (tmp_path / "entries").iterdir())
+    assert partitions == [f"run_id={run_id}" for run_id in sorted(RUNS)]
+    dataset = pa_dataset.dataset(tmp_path / "entries", format="parquet", partitioning="hive")
+    single = dataset.to_table(filter=pa_dataset.field("run_id") == "single")
+    assert single.num_rows == journals.entries["run_id"].eq("single").sum()
+    rows = dataset.to_table().to_pylist()
+    for row in rows:
+        row["run_id"] = str(row["run_id"])
+    assert journal_bytes(rows) == stored(scenario)
+
+
+def test_empty_store_gives_readable_empty_datasets(tmp_path: Path) -> None:
+    kx.load(MemoryStorage()).to_parquet(tmp_path)
+    assert pq.read_table(tmp_path / "entries").schema == kx.ENTRY_SCHEMA
+    assert pq.read_table(tmp_path / "runs").num_rows == 0
+    summary = kx.export(MemoryStorage(), tmp_path / "csv", format="csv")
+    assert summary["runs"] == summary["entries"] == 0
+    assert (tmp_path / "csv" / "entries.csv").read_text().startswith('"run_id","offset"')
+
+
+def test_export_parquet_in_batches(
+    local_scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = local_scenario.storage
+    assert isinstance(storage, LocalStorage)
+    monkeypatch.setattr("kassette.explore.frames.BATCH_BYTES", 1500)  # several batches
+    summary = kx.export(f"file:{storage.path}", tmp_path / "out", format="parquet")
+    journals = kx.load(storage)
+    assert summary == {
+        "format": "parquet",
+        "path": str(tmp_path / "out"),
+        "runs": len(RUNS),
+        "entries": journals.to_arrow().num_rows,
+        "files": [
+            str(tmp_path / "out" / "entries" / "part-0.parquet"),
+            str(tmp_path / "out" / "runs" / "part-0.parquet"),
+        ],
+    }
+    entries = pq.read_table(tmp_path / "out" / "entries")
+    assert pq.ParquetFile(tmp_path / "out" / "entries" / "part-0.parquet").num_row_groups > 1
+    assert entries.equals(journals.to_arrow("entries").combine_chunks()) or entries.to_pylist() == (
+        journals.to_arrow("entries").to_pylist()
+    )
+    assert journal_bytes(entries.to_pylist()) == stored(local_scenario)
+    assert (
+        pq.read_table(tmp_path / "out" / "runs").to_pylist()
+        == journals.to_arrow("runs").to_pylist()
+    )
+
+
+def test_export_jsonl(scenario: Scenario, tmp_path: Path) -> None:
+    summary = kx.export(scenario.storage, tmp_path, format="jsonl", run_ids=["resumed", "failed"])
+    assert summary["runs"] == 2
+    entries = [json.loads(line) for line in (tmp_path / "entries.jsonl").read_text().splitlines()]
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [run["run_id"] for run in runs] == ["resumed", "failed"]
+    assert runs[0]["pending_events"] == [] and runs[0]["started_at"] == "2026-01-01T00:00:10.500Z"
+    assert runs[1]["error"] == "RuntimeError: 2 tests failed"
+    assert list(entries[0]) == kx.ENTRY_SCHEMA.names
+    resume = next(e for e in entries if e["type"] == "resume")
+    assert resume["value"] == {"eventId": "review", "event": "review", "value": {"approved": True}}
+    for entry in entries:  # each rebuilds its journal line
+        envelope = {k: entry[k] for k in ("type", "session", "offset", "timestamp")}
+        line = encode({**envelope, **entry["value"]})
+        snapshot = scenario.storage.read(entry["run_id"])
+        assert snapshot is not None
+        assert snapshot.data.splitlines(keepends=True)[entry["offset"]] == line
+
+
+def test_export_csv(scenario: Scenario, tmp_path: Path) -> None:
+    kx.export(scenario.storage, tmp_path, format="csv", run_ids=["suspended"])
+    with (tmp_path / "entries.csv").open() as file:
+        entries = list(csv.DictReader(file))
+    with (tmp_path / "runs.csv").open() as file:
+        runs = list(csv.DictReader(file))
+    assert [e["type"] for e in entries] == ["start", "step", "step", "suspend"]
+    assert entries[0]["timestamp"] == "2026-01-01T00:00:07.000Z"
+    assert json.loads(entries[1]["value"])["result"] == {"goal": "parse", "steps": 2}
+    assert runs[0]["status"] == "suspended" and json.loads(runs[0]["pending_events"]) == ["review"]
+    frame = pd.read_csv(tmp_path / "entries.csv")
+    assert len(frame) == 4
+
+
+def test_progress_bar_on_stderr(scenario: Scenario, tmp_path: Path, capsys: Any) -> None:
+    kx.export(scenario.storage, tmp_path, format="jsonl", progress=True)
+    err = capsys.readouterr().err
+    assert err.endswith(f"[{'#' * 30}]  9/9 runs\n")
+    assert err.startswith("\rexport  [")
+    kx.export(scenario.storage, tmp_path, format="jsonl")  # stderr is not a terminal here
+    assert capsys.readouterr().err == ""
+
+
+def test_export_arguments(scenario: Scenario, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError):
+        kx.export(scenario.storage, tmp_path, format="xlsx")  # type: ignore[arg-type]
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(RunNotFoundError):
+        kx.export(scenario.storage, tmp_path / "x", format="csv", run_ids=["nope"])
+
+
+def test_arrow_tables_can_be_concatenated_across_loads(scenario: Scenario) -> None:
+    first = kx.load(scenario.storage, run_ids=["single"]).to_arrow()
+    empty = kx.load(MemoryStorage()).to_arrow()
+    both = pa.concat_tables([first, empty])
+    assert both.num_rows == first.num_rows

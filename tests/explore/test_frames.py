@@ -1,0 +1,397 @@
+"""kx.load: the entries and runs frames, their fixed schemas, and what they say about runs."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from conftest import RUNS, Scenario, populate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kassette import JournalCorruptionError, LocalStorage, MemoryStorage, RunNotFoundError
+from kassette import explore as kx
+from kassette.core import read_journal, run_status
+from kassette.explore import _decode
+from kassette.journal import encode, format_timestamp
+
+ENTRY_DTYPES = {
+    "run_id": "str",
+    "offset": "int64",
+    "session": "int64",
+    "type": "str",
+    "timestamp": "datetime64[ms, UTC]",
+    "step_id": "str",
+    "name": "str",
+    "kind": "str",
+    "event": "str",
+    "duration_ms": "float64",
+    "value": "str",
+}
+RUN_DTYPES = {
+    "run_id": "str",
+    "status": "str",
+    "version": "str",
+    "parent_run_id": "str",
+    "fork_offset": "Int64",
+    "sessions": "Int64",
+    "steps": "Int64",
+    "started_at": "datetime64[ms, UTC]",
+    "ended_at": "datetime64[ms, UTC]",
+    "duration_s": "float64",
+    "pending_events": "object",
+    "error": "str",
+}
+
+
+def dtypes(frame: pd.DataFrame) -> dict[str, str]:
+    return {name: str(dtype) for name, dtype in frame.dtypes.items()}
+
+
+def rebuilt_line(row: dict[str, Any]) -> bytes:
+    """The journal line an entries row came from: envelope + payload, as kassette encodes."""
+    stamp = row["timestamp"].timestamp()
+    envelope = {
+        "type": row["type"],
+        "session": row["session"],
+        "offset": row["offset"],
+        "timestamp": format_timestamp(stamp),
+    }
+    return encode({**envelope, **json.loads(row["value"])})
+
+
+# -- schemas ------------------------------------------------------------------------------------
+
+
+def test_schemas_are_the_same_for_empty_and_mixed_stores(scenario: Scenario) -> None:
+    empty = kx.load(MemoryStorage())
+    mixed = kx.load(scenario.storage)
+    for journals in (empty, mixed):
+        assert journals.to_arrow("entries").schema == kx.ENTRY_SCHEMA
+        assert journals.to_arrow("runs").schema == kx.RUN_SCHEMA
+        assert dtypes(journals.entries) == ENTRY_DTYPES
+        assert dtypes(journals.runs) == RUN_DTYPES
+    assert len(empty) == 0 and empty.entries.empty and empty.runs.empty
+
+
+@pytest.mark.parametrize("run_id", RUNS)
+def test_each_run_alone_has_the_fixed_schema(scenario: Scenario, run_id: str) -> None:
+    journals = kx.load(scenario.storage, run_ids=[run_id])
+    assert journals.to_arrow("entries").schema == kx.ENTRY_SCHEMA
+    assert journals.to_arrow("runs").schema == kx.RUN_SCHEMA
+    assert dtypes(journals.entries) == ENTRY_DTYPES
+    assert dtypes(journals.runs) == RUN_DTYPES
+    assert journals.run_ids == [run_id]
+
+
+def test_timestamps_are_utc_and_tz_aware(scenario: Scenario) -> None:
+    entries = kx.load(scenario.storage, run_ids=["single"]).entries
+    assert str(entries["timestamp"].dt.tz) == "UTC"
+    assert entries["timestamp"].iloc[0] == pd.Timestamp("2026-01-01T00:00:00Z")
+
+
+# -- entries ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", RUNS)
+def test_every_entry_is_a_row_that_rebuilds_its_line(scenario: Scenario, run_id: str) -> None:
+    stored = scenario.storage.read(run_id)
+    assert stored is not None
+    rows = kx.load(scenario.storage, run_ids=[run_id]).to_arrow().to_pylist()
+    assert b"".join(rebuilt_line(row) for row in rows) == stored.data
+
+
+def test_columns_hold_the_fields_worth_filtering_on(scenario: Scenario) -> None:
+    entries = kx.load(scenario.storage).entries
+    steps = entries[entries["type"] == "step"]
+    assert set(steps["kind"]) == {"step", "sleep", "parallel"}
+    assert steps["step_id"].notna().all() and steps["name"].notna().all()
+    timed = steps[steps["kind"] == "step"]
+    assert timed["duration_ms"].notna().all() and (timed["duration_ms"] >= 0).all()
+    assert "gather/left/fetch" in set(steps["step_id"])
+    waits = entries[entries["type"].isin(["suspend", "resume"])]
+    assert set(waits["step_id"]) == {"review"} and set(waits["event"]) == {"review"}
+    others = entries[~entries["type"].isin(["step", "suspend", "resume"])]
+    assert others[["step_id", "name", "kind", "event", "duration_ms"]].isna().all().all()
+    retried = steps[(steps["run_id"] == "retried") & (steps["step_id"] == "call")]
+    assert json.loads(retried["value"].iloc[0])["attempts"] == 2
+
+
+def test_entries_are_in_run_then_offset_order(scenario: Scenario) -> None:
+    entries = kx.load(scenario.storage).entries
+    assert list(dict.fromkeys(entries["run_id"])) == sorted(RUNS)
+    for _, rows in entries.groupby("run_id"):
+        assert list(rows["offset"]) == list(range(len(rows)))
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", RUNS)
+def test_runs_agree_with_run_status(scenario: Scenario, run_id: str) -> None:
+    row = kx.load(scenario.storage).runs.set_index("run_id").loc[run_id]
+    status = run_status(scenario.storage, run_id)
+    assert row["status"] == status.status
+    assert row["version"] == status.version == "agent-v1"
+    assert row["sessions"] == status.sessions
+    assert row["steps"] == status.steps
+    assert list(row["pending_events"]) == list(status.pending_events)
+    if status.source is None:
+        assert pd.isna(row["parent_run_id"]) and pd.isna(row["fork_offset"])
+    else:
+        assert row["parent_run_id"] == status.source["runId"]
+        assert row["fork_offset"] == status.source["fromOffset"]
+    if status.error is None:
+        assert pd.isna(row["error"])
+    else:
+        assert row["error"] == f"{status.error.name}: {status.error.message}"
+
+
+def test_run_times(scenario: Scenario) -> None:
+    runs = kx.load(scenario.storage).runs.set_index("run_id")
+    single = runs.loc["single"]
+    assert single["started_at"] == pd.Timestamp("2026-01-01T00:00:00Z")
+    assert single["duration_s"] == 3.5  # plan, 1.5 s, implement, 2 s, complete
+    assert single["ended_at"] - single["started_at"] == pd.Timedelta(seconds=3.5)
+    suspended = runs.loc["suspended"]
+    assert pd.isna(suspended["ended_at"]) and pd.isna(suspended["duration_s"])
+    # a fork starts when it was forked, not when its copied prefix was first written
+    forked = runs.loc["forked"]
+    fork_start = read_journal(scenario.storage, "forked").entries[forked["fork_offset"]]
+    assert fork_start["type"] == "start"
+    assert forked["started_at"] == pd.Timestamp(fork_start["timestamp"])
+    assert forked["started_at"] > single["ended_at"]
+
+
+def test_statuses_and_counts(scenario: Scenario) -> None:
+    runs = kx.load(scenario.storage).runs.set_index("run_id")
+    assert runs["status"].to_dict() == {
+        "canceled": "canceled",
+        "failed": "failed",
+        "forked": "completed",
+        "parallel": "completed",
+        "refork": "completed",
+        "resumed": "completed",
+        "retried": "completed",
+        "single": "completed",
+        "suspended": "suspended",
+    }
+    assert runs.loc["resumed", "sessions"] == 2
+    assert runs.loc["parallel", "steps"] == 5  # plan, the block, two branch steps, implement
+    assert runs.loc["failed", "error"] == "RuntimeError: 2 tests failed"
+
+
+def test_repr_and_html(scenario: Scenario) -> None:
+    journals = kx.load(scenario.storage)
+    entries = journals.to_arrow().num_rows
+    assert repr(journals) == (
+        f"<Journals: 9 runs (6 completed, 1 failed, 1 canceled, 1 suspended), {entries} entries>"
+    )
+    page = journals._repr_html_()
+    assert "<table" in page and "single" in page and "suspended" in page
+    assert repr(kx.load(MemoryStorage())) == "<Journals: 0 runs, 0 entries>"
+
+
+# -- selecting and reading ------------------------------------------------------------------
+
+
+def test_run_ids_select_in_the_order_given(scenario: Scenario) -> None:
+    journals = kx.load(scenario.storage, run_ids=["resumed", "single", "resumed"])
+    assert journals.run_ids == ["resumed", "single"]
+    assert list(dict.fromkeys(journals.entries["run_id"])) == ["resumed", "single"]
+    assert kx.load(scenario.storage, run_ids="single").run_ids == ["single"]
+
+
+def test_a_missing_run_is_not_found(scenario: Scenario) -> None:
+    with pytest.raises(RunNotFoundError) as raised:
+        kx.load(scenario.storage, run_ids=["single", "nope"])
+    assert raised.value.run_id == "nope"
+
+
+def test_load_takes_a_url_and_reload_reads_again(local_scenario: Scenario) -> None:
+    storage = local_scenario.storage
+    assert isinstance(storage, LocalStorage)
+    journals = kx.load(f"file:{storage.path}")
+    assert len(journals) == len(RUNS)
+    local_scenario.workflow.fork("single", step="plan", new_run_id="late")
+    assert len(journals) == len(RUNS)
+    assert "late" in journals.reload().run_ids
+
+
+def test_torn_tail_is_ignored(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    populate(storage)
+    path = tmp_path / "single.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"type":"step","session":1,"offs')
+    assert kx.load(storage, run_ids=["single"]).to_arrow().num_rows == whole.count(b"\n")
+    path.write_bytes(b'{"type":"sta')  # nothing complete yet
+    runs = kx.load(storage, run_ids=["single"]).runs
+    assert runs["status"].tolist() == ["running"] and runs["sessions"].tolist() == [0]
+    assert pd.isna(runs["started_at"].iloc[0])
+
+
+@pytest.mark.parametrize(
+    ("damage", "offset"),
+    [
+        (lambda lines: [*lines[:2], b"not json", *lines[3:]], 2),
+        (lambda lines: [lines[0], lines[2], *lines[3:]], 1),  # offset gap
+        (lambda lines: [lines[0], lines[0], *lines[1:]], 1),  # duplicate offset
+        (lambda lines: [*lines[:1], b"", *lines[1:]], 1),  # a blank line
+        (lambda lines: [*lines[:1], b'{"type":"step","offset":1}', *lines[2:]], 1),  # no session
+    ],
+)
+def test_corruption_is_reported_with_run_and_offset(
+    scenario: Scenario, damage: Any, offset: int
+) -> None:
+    stored = scenario.storage.read("single")
+    assert stored is not None
+    lines = stored.data.split(b"\n")[:-1]
+    broken = MemoryStorage()
+    for run_id in ("failed", "single", "suspended"):
+        data = scenario.storage.read(run_id)
+        assert data is not None
+        body = b"".join(line + b"\n" for line in damage(lines)) if run_id == "single" else data.data
+        broken.append(run_id, body, token=None)
+    with pytest.raises(JournalCorruptionError) as raised:
+        kx.load(broken)
+    assert raised.value.run_id == "single" and raised.value.offset == offset
+
+
+# -- the fast path and the general path agree ---------------------------------------------------
+
+
+def general_path(storage: MemoryStorage | Any, run_ids: list[str]) -> pa.Table:
+    tables = []
+    for run_id in run_ids:
+        stored = storage.read(run_id)
+        complete = stored.data[: stored.data.rfind(b"\n") + 1]
+        tables.append(_decode._python_entries(run_id, complete))
+    return pa.concat_tables(tables)
+
+
+def test_fast_and_general_paths_give_the_same_table(scenario: Scenario) -> None:
+    batch = _decode.Batch()
+    for run_id in sorted(RUNS):
+        stored = scenario.storage.read(run_id)
+        assert stored is not None
+        batch.add(run_id, stored.data)
+    fast = _decode._fast_entries(batch)
+    assert fast is not None, "kassette's own journals must take the fast path"
+    assert fast.equals(general_path(scenario.storage, sorted(RUNS)))
+
+
+def test_lines_in_another_form_take_the_general_path(scenario: Scenario) -> None:
+    reordered = MemoryStorage()
+    for run_id in ("single", "failed"):
+        stored = scenario.storage.read(run_id)
+        assert stored is not None
+        lines = [json.loads(line) for line in stored.data.splitlines()]
+        if run_id == "single":  # spaces after separators, and the envelope last
+            text = "".join(
+                json.dumps(
+                    {**{k: v for k, v in e.items() if k not in _decode.ENVELOPE}, **e}
+                    | {k: e[k] for k in _decode.ENVELOPE}
+                )
+                + "\n"
+                for e in lines
+            )
+            body = text.encode()
+        else:
+            body = stored.data
+        reordered.append(run_id, body, token=None)
+    assert _decode._fast_entries(_batch(reordered, ["single"])) is None
+    loaded = kx.load(reordered).to_arrow()
+    expected = kx.load(scenario.storage, run_ids=["failed", "single"]).to_arrow()
+    assert loaded.drop(["value"]).equals(expected.drop(["value"]))
+    for got, want in zip(
+        loaded.column("value").to_pylist(), expected.column("value").to_pylist(), strict=True
+    ):
+        assert json.loads(got) == json.loads(want)
+
+
+def _batch(storage: MemoryStorage, run_ids: list[str]) -> _decode.Batch:
+    batch = _decode.Batch()
+    for run_id in run_ids:
+        stored = storage.read(run_id)
+        assert stored is not None
+        batch.add(run_id, stored.data)
+    return batch
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    results=st.lists(JSON, min_size=1, max_size=4),
+    name=st.text(st.characters(blacklist_characters="#/"), min_size=1, max_size=8),
+    kind=st.sampled_from(["step", "step\u00e9", 'st"ep', "x"]),
+)
+def test_any_payload_round_trips(results: list[Any], name: str, kind: str) -> None:
+    """Whatever the payloads and names, both paths agree and each row rebuilds its line."""
+    lines = [{"type": "start", "session": 1, "offset": 0, "timestamp": "2026-01-01T00:00:00.000Z"}]
+    for index, result in enumerate(results, start=1):
+        lines.append(
+            {
+                "type": kind,
+                "session": 1,
+                "offset": index,
+                "timestamp": format_timestamp(1_767_225_600 + index),
+                "stepId": f"{name}#{index}",
+                "name": name,
+                "result": result,
+            }
+        )
+    storage = MemoryStorage()
+    storage.append("r", b"".join(encode(line) for line in lines), token=None)
+    table = kx.load(storage).to_arrow()
+    assert table.equals(general_path(storage, ["r"]))
+    stored = storage.read("r")
+    assert stored is not None
+    assert b"".join(rebuilt_line(row) for row in table.to_pylist()) == stored.data
+
+
+def test_batches_split_a_large_store(scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = kx.load(scenario.storage).to_arrow()
+    monkeypatch.setattr("kassette.explore.frames.BATCH_BYTES", 2000)
+    from kassette.explore import frames
+
+    batches = list(frames.read_batches(scenario.storage, None, batch_bytes=2000))
+    assert len(batches) > 2
+    assert kx.load(scenario.storage).to_arrow().equals(whole)
+
+
+def test_timestamps_in_other_iso_forms(scenario: Scenario) -> None:
+    storage = MemoryStorage()
+    stamps = [
+        "2026-01-01T00:00:01Z",
+        "2026-01-01T02:00:02.5+02:00",
+        "2026-01-01T00:00:03.123456Z",
+        "2026-01-01T00:00:04",
+    ]
+    body = b"".join(
+        encode({"type": "note", "session": 1, "offset": i, "timestamp": stamp})
+        for i, stamp in enumerate(stamps)
+    )
+    storage.append("times", body, token=None)
+    got = kx.load(storage).to_arrow().column("timestamp").to_pylist()
+    assert got == [
+        datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 0, 2, 500000, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 0, 3, 123000, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC),
+    ]
