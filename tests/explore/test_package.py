@@ -1,0 +1,65 @@
+"""The kassette.explore namespace: a sorted `__all__` whose names all resolve, widgets lazily."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from kassette import explore as kx
+
+MODULES = [
+    "kassette.explore",
+    "kassette.explore.compare",
+    "kassette.explore.export",
+    "kassette.explore.frames",
+    "kassette.explore.lineage",
+    "kassette.explore.widgets",
+]
+
+
+def isort_order(name: str) -> tuple[int, str]:
+    return (0 if name.isupper() else 1 if name[0].isupper() else 2), name
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_all_is_sorted_and_resolves(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    assert module.__all__ == sorted(module.__all__, key=isort_order)
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+    assert module.__doc__
+
+
+def test_spec_names_are_there() -> None:
+    assert {"load", "Journals", "lineage", "RunTree", "compare", "ForkExplorer"} <= set(kx.__all__)
+    with pytest.raises(AttributeError):
+        kx.nothing_here  # noqa: B018
+
+
+def test_widgets_load_on_first_use() -> None:
+    script = (
+        "import sys\n"
+        "from kassette import explore as kx\n"
+        "assert 'ipywidgets' not in sys.modules\n"
+        "kx.RunTree\n"
+        "assert 'ipywidgets' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+def test_a_missing_extra_names_the_install() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['pandas'] = None\n"
+        "try:\n"
+        "    import kassette.explore\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert 'pip install "kassette[explore]"' in done.stdout
