@@ -23,6 +23,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a bare environment
         f'kassette.explore widgets need ipywidgets: pip install "kassette[explore]" ({exc})'
     ) from exc
 
+import pandas as pd
+
 from kassette.explore.compare import FIRST_DIVERGENCE, compare
 from kassette.explore.frames import Journals, load
 from kassette.explore.lineage import STATUS_COLORS, Lineage, RunNode, lineage
@@ -131,7 +133,7 @@ def _entries_html(journals: Journals, run_id: str) -> str:
             entry.value if len(entry.value) <= _VALUE_WIDTH else entry.value[:_VALUE_WIDTH] + "…"
         )
         label = entry.step_id if isinstance(entry.step_id, str) else ""
-        time = entry.timestamp.strftime("%H:%M:%S.%f")[:-3] if entry.timestamp is not None else ""
+        time = "" if pd.isna(entry.timestamp) else entry.timestamp.strftime("%H:%M:%S.%f")[:-3]
         cells.append(
             f"<tr><td>{entry.offset}</td><td>{entry.session}</td><td>{html.escape(time)}</td>"
             f"<td>{html.escape(entry.type)}</td><td>{html.escape(label)}</td>"

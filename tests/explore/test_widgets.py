@@ -159,3 +159,10 @@ def test_async_workflow_on_a_running_loop_as_in_jupyter() -> None:
 
     asyncio.run(notebook())
     assert run_status(storage, "branch").status == "completed"
+
+
+def test_entries_without_a_timestamp_still_show() -> None:
+    storage = MemoryStorage()
+    storage.append("odd", b'{"type":"start","session":1,"offset":0}\n', token=None)
+    tree = kx.RunTree(kx.load(storage))
+    assert "<td>start</td>" in tree.details.value
