@@ -1,0 +1,327 @@
+"""The `koto` command: Markdown-template state machines for coding agents, on kassette journals.
+
+    koto init NAME --template T.md [--var K=V]...    start a session
+    koto next NAME [--with-data JSON|@file] [--to STATE] [--full] [--no-cleanup]
+    koto rewind NAME | cancel NAME [--cleanup] | status NAME
+    koto context add|get|exists|list|remove NAME [KEY] ...
+    koto template compile T.md | export T.md [--format mermaid|html] [--output FILE]
+    koto session list | dir NAME | cleanup NAME
+    koto config get|set|unset|list ...
+
+A thin skin over `kassette.koto`: every verb prints one JSON value on stdout (`session dir`,
+`config get` and `context get` print plain text or bytes). Errors are JSON on stdout too:
+`{"error": {"code", "message", "details"}}` from `next`, `{"error": MESSAGE, "code",
+"command"}` from the other verbs. Exit codes: 0 ok (a blocked gate is an answer), 1 transient,
+2 the caller's mistake, 3 template or infrastructure (see kassette/koto/errors.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from kassette.koto.errors import EXIT_INFRASTRUCTURE, EXIT_OK, KotoError
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors become a `usage` KotoError (reported as JSON) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise KotoError("usage", f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="koto", description="Markdown-template workflows for coding agents.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    verbs = parser.add_subparsers(dest="verb", parser_class=_Parser)
+
+    command = verbs.add_parser("init", help="start a session from a template")
+    command.add_argument("name")
+    command.add_argument("--template", required=True, help="the template's Markdown file")
+    command.add_argument("--var", action="append", default=[], metavar="KEY=VALUE")
+
+    command = verbs.add_parser("next", help="what to do now; submit evidence; advance")
+    command.add_argument("name")
+    command.add_argument("--with-data", metavar="JSON|@FILE", help="evidence for this state")
+    command.add_argument("--to", metavar="STATE", help="take a declared transition directly")
+    command.add_argument("--full", action="store_true", help="include details every time")
+    command.add_argument("--no-cleanup", action="store_true", help="keep a finished session")
+
+    command = verbs.add_parser("rewind", help="go back to the previous state")
+    command.add_argument("name")
+    command = verbs.add_parser("cancel", help="end a session")
+    command.add_argument("name")
+    command.add_argument("--cleanup", action="store_true", help="also delete it")
+    command = verbs.add_parser("status", help="the session's state, read-only")
+    command.add_argument("name")
+
+    context = verbs.add_parser("context", help="content handed to koto").add_subparsers(
+        dest="action", parser_class=_Parser, required=True
+    )
+    command = context.add_parser("add", help="store stdin (or --from-file) under KEY")
+    command.add_argument("name")
+    command.add_argument("key")
+    command.add_argument("--from-file", metavar="PATH")
+    command = context.add_parser("get", help="print KEY's content (or write --to-file)")
+    command.add_argument("name")
+    command.add_argument("key")
+    command.add_argument("--to-file", metavar="PATH")
+    for action, text in (("exists", "exit 0 if KEY exists, 1 if not"), ("remove", "forget KEY")):
+        command = context.add_parser(action, help=text)
+        command.add_argument("name")
+        command.add_argument("key")
+    command = context.add_parser("list", help="the keys, as a JSON array")
+    command.add_argument("name")
+    command.add_argument("--prefix", default="")
+
+    template = verbs.add_parser("template", help="compile or draw a template").add_subparsers(
+        dest="action", parser_class=_Parser, required=True
+    )
+    command = template.add_parser("compile", help="print the compiled JSON")
+    command.add_argument("source")
+    command = template.add_parser("export", help="draw it as Mermaid or HTML")
+    command.add_argument("source", help="a template (.md) or a compiled template (.json)")
+    command.add_argument("--format", choices=("mermaid", "html"), default="mermaid")
+    command.add_argument("--output", metavar="FILE")
+
+    session = verbs.add_parser("session", help="list, locate, delete sessions").add_subparsers(
+        dest="action", parser_class=_Parser, required=True
+    )
+    session.add_parser("list", help="every session, as a JSON array")
+    for action, text in (("dir", "the session's local directory"), ("cleanup", "delete it")):
+        session.add_parser(action, help=text).add_argument("name")
+
+    config = verbs.add_parser("config", help="layered settings").add_subparsers(
+        dest="action", parser_class=_Parser, required=True
+    )
+    config.add_parser("get", help="print a resolved value").add_argument("key")
+    command = config.add_parser("set", help="set in the project config (or --user)")
+    command.add_argument("key")
+    command.add_argument("value")
+    command.add_argument("--user", action="store_true")
+    command = config.add_parser("unset", help="remove from the project config (or --user)")
+    command.add_argument("key")
+    command.add_argument("--user", action="store_true")
+    command = config.add_parser("list", help="the resolved config, credentials redacted")
+    command.add_argument("--json", action="store_true")
+    return parser
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def _print_bytes(data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _report(exc: KotoError, verb: str) -> None:
+    if verb == "next":
+        error: dict[str, Any] = {"code": exc.code, "message": exc.message, "details": exc.details}
+        error.update(exc.extra)
+        _print_json({"error": error})
+    else:
+        _print_json({"error": exc.message, "code": exc.code, "command": verb, **exc.extra})
+
+
+# -- the verbs -------------------------------------------------------------------------------
+
+
+def _store() -> Any:
+    from kassette.koto.config import koto_home, load
+    from kassette.koto.store import open_store
+
+    home = koto_home()
+    return open_store(home, load(home, Path.cwd()))
+
+
+def _run(args: argparse.Namespace) -> int:
+    verb = args.verb
+    if verb in ("init", "next", "rewind", "cancel", "status"):
+        from kassette.koto import engine, session
+
+        store = _store()
+        if verb == "init":
+            _print_json(session.init(store, args.name, args.template, args.var))
+        elif verb == "next":
+            _print_json(
+                engine.next_step(
+                    store,
+                    args.name,
+                    data=args.with_data,
+                    to=args.to,
+                    full=args.full,
+                    cleanup=not args.no_cleanup,
+                )
+            )
+        elif verb == "rewind":
+            _print_json(session.rewind(store, args.name))
+        elif verb == "cancel":
+            _print_json(session.cancel(store, args.name, cleanup=args.cleanup))
+        else:
+            _print_json(session.status(store, args.name))
+        return EXIT_OK
+    if verb == "context":
+        return _context(args)
+    if verb == "template":
+        return _template(args)
+    if verb == "session":
+        return _session(args)
+    return _config(args)
+
+
+def _context(args: argparse.Namespace) -> int:
+    from kassette.koto import context
+
+    store = _store()
+    if args.action == "add":
+        if args.from_file:
+            try:
+                data = Path(args.from_file).read_bytes()
+            except OSError as exc:
+                raise KotoError("usage", f"cannot read {args.from_file}: {exc}") from exc
+        else:
+            data = sys.stdin.buffer.read()
+        context.add(store, args.name, args.key, data)
+    elif args.action == "get":
+        data = context.get(store, args.name, args.key)
+        if args.to_file:
+            target = Path(args.to_file)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        else:
+            _print_bytes(data)
+    elif args.action == "exists":
+        return EXIT_OK if context.exists(store, args.name, args.key) else 1
+    elif args.action == "list":
+        _print_json(context.keys(store, args.name, args.prefix))
+    else:
+        context.remove(store, args.name, args.key)
+    return EXIT_OK
+
+
+def _template(args: argparse.Namespace) -> int:
+    from kassette.koto.template import Template, TemplateError, compile_template
+
+    try:
+        if args.action == "export" and args.source.endswith(".json"):
+            template = Template.from_json(Path(args.source).read_bytes())
+        else:
+            template = compile_template(args.source)
+    except TemplateError as exc:
+        raise KotoError(
+            "template_error",
+            str(exc),
+            extra={"file": exc.path, "line": exc.line, "errors": exc.lines()},
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise KotoError("template_error", f"cannot read {args.source}: {exc}") from exc
+    if args.action == "compile":
+        _print_bytes(template.text)
+        return EXIT_OK
+    from kassette.koto.export import export
+
+    text = export(template, args.format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        _print_json({"format": args.format, "output": str(Path(args.output).absolute())})
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _session(args: argparse.Namespace) -> int:
+    from kassette.koto.config import koto_home
+    from kassette.koto.store import session_dir, validate_name
+
+    if args.action == "dir":
+        sys.stdout.write(f"{session_dir(koto_home(), validate_name(args.name))}\n")
+        return EXIT_OK
+    store = _store()
+    if args.action == "list":
+        from kassette.koto.session import session_rows
+
+        _print_json(session_rows(store))
+    else:
+        store.remove(validate_name(args.name))
+        _print_json({"name": args.name, "cleaned_up": True})
+    return EXIT_OK
+
+
+def _config(args: argparse.Namespace) -> int:
+    from kassette.koto import config
+
+    home, cwd = config.koto_home(), Path.cwd()
+    if args.action in ("set", "unset"):
+        path = config.user_config_path(home) if args.user else config.project_config_path(cwd)
+        value = args.value if args.action == "set" else None
+        config.update(path, args.key, value, project=not args.user)
+        _print_json(
+            {
+                "key": args.key,
+                "value": None
+                if value is None
+                else (config.REDACTED if args.key in config.CREDENTIALS else value),
+                "file": str(path),
+            }
+        )
+        return EXIT_OK
+    resolved = config.load(home, cwd)
+    if args.action == "get":
+        config.check_key(args.key)
+        value = resolved.get(args.key)
+        if value is None:
+            raise KotoError("not_set", f"{args.key} is not set")
+        shown = config.REDACTED if args.key in config.CREDENTIALS else value
+        sys.stdout.write(f"{shown}\n")
+    elif args.json:
+        _print_json(resolved.redacted())
+    else:
+        sys.stdout.write(config.to_toml(resolved.redacted()))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `koto` command; returns the exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    verb = next((a for a in arguments if not a.startswith("-")), "koto")
+    try:
+        args = _parser().parse_args(arguments)
+        if args.version:
+            from kassette import __version__
+
+            sys.stdout.write(f"koto (kassette {__version__})\n")
+            return EXIT_OK
+        if args.verb is None:
+            raise KotoError("usage", "koto: a verb is required (try koto --help)")
+        return _run(args)
+    except KotoError as exc:
+        _report(exc, verb)
+        return exc.exit_code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_INFRASTRUCTURE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: the agent still gets JSON, the traceback goes to stderr
+        import traceback
+
+        traceback.print_exc()
+        _report(KotoError("internal_error", f"internal error: {exc!r}"), verb)
+        return EXIT_INFRASTRUCTURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The context store: content an agent hands to koto, per session, under path-like keys.
+
+`koto context add NAME KEY` stores bytes (from stdin or `--from-file`); gates can then check
+them (`context-exists`, `context-matches`) without a shell. Content is content-addressed: it is
+written once as the session file `ctx/<sha256>` on the session's backend, and the journal
+records `context_added {key, hash, size}` (or `context_removed {key}`), so the store has the
+same history, fencing and backend as the session itself. A read checks the hash again.
+"""
+
+from __future__ import annotations
+
+from hashlib import sha256
+
+from kassette.koto import session
+from kassette.koto.errors import KotoError
+from kassette.koto.store import SessionStore
+
+__all__ = ["add", "check_key", "exists", "get", "keys", "read_content", "remove"]
+
+MAX_KEY_LENGTH = 255
+
+
+def check_key(key: str) -> str:
+    """A context key: relative, `/`-separated, no empty, `.` or `..` parts; raises ValueError."""
+    problem = None
+    if not key or len(key) > MAX_KEY_LENGTH:
+        problem = f"keys have 1-{MAX_KEY_LENGTH} characters"
+    elif key.startswith("/"):
+        problem = "keys are relative, not absolute paths"
+    elif "\\" in key or any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        problem = "keys may not contain '\\' or control characters"
+    elif any(part in ("", ".", "..") for part in key.split("/")):
+        problem = "key parts may not be empty, '.' or '..'"
+    if problem:
+        raise ValueError(f"invalid context key {key!r}: {problem}")
+    return key
+
+
+def _valid(key: str) -> str:
+    try:
+        return check_key(key)
+    except ValueError as exc:
+        raise KotoError("invalid_key", str(exc)) from None
+
+
+def read_content(store: SessionStore, view: session.SessionView, key: str) -> bytes | None:
+    """The content stored under `key` in the session as `view` sees it, or None."""
+    item = view.context.get(key)
+    if item is None:
+        return None
+    data = store.read_file(view.name, f"ctx/{item['hash']}")
+    if data is None or sha256(data).hexdigest() != item["hash"]:
+        raise KotoError(
+            "persistence_error",
+            f"the content of context key {key!r} in {view.name!r} is missing or altered "
+            f"({store.locate(view.name, 'ctx/' + item['hash'])})",
+        )
+    return data
+
+
+def add(store: SessionStore, name: str, key: str, data: bytes) -> None:
+    _valid(key)
+    session.load(store, name)  # the session exists and its template is intact
+    digest = sha256(data).hexdigest()
+    store.write_file(name, f"ctx/{digest}", data)
+    with session.open_session(store, name) as run:
+        session.append(run, "context_added", key=key, hash=digest, size=len(data))
+
+
+def get(store: SessionStore, name: str, key: str) -> bytes:
+    _valid(key)
+    data = read_content(store, session.load(store, name), key)
+    if data is None:
+        raise KotoError("context_missing", f"session {name!r} has no context key {key!r}")
+    return data
+
+
+def exists(store: SessionStore, name: str, key: str) -> bool:
+    _valid(key)
+    return key in session.load(store, name).context
+
+
+def keys(store: SessionStore, name: str, prefix: str = "") -> list[str]:
+    return sorted(k for k in session.load(store, name).context if k.startswith(prefix))
+
+
+def remove(store: SessionStore, name: str, key: str) -> None:
+    """Forget `key` (idempotent); its content stays, as history, until the session is removed."""
+    _valid(key)
+    if key not in session.load(store, name).context:
+        return
+    with session.open_session(store, name) as run:
+        if key in session.load(store, name, run.journal).context:
+            session.append(run, "context_removed", key=key)

@@ -1,0 +1,354 @@
+"""The engine: advancing a session from what its journal says, one `koto next` at a time.
+
+A tick opens a fenced session, submits the evidence (or takes a directed `--to` transition),
+then loops: a terminal state stops; otherwise the state's gates run (each result journaled)
+and its transitions are resolved: exactly one matching `when` wins (an AND of exact matches
+against the epoch's evidence and `gates.<name>.<field>`), failing gates block, a state that
+accepts evidence waits for it, and the transition without `when` is the fallback. States that
+need nothing from the agent are passed through in the same call, up to a chain limit; a state
+left twice without evidence in one call is a cycle. The answer says what to do next:
+`evidence_required` (with `expects`), `gate_blocked` (with `blocking_conditions`) or `done`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kassette.core import Run
+from kassette.koto.errors import KotoError
+from kassette.koto.gates import GateResult, evaluate, substitute
+from kassette.koto.session import SessionView, append, expects, load, open_session
+from kassette.koto.store import SessionStore, validate_name
+
+__all__ = ["Ticker", "next_step", "resolve", "validate_evidence"]
+
+MAX_CHAIN = 100
+MAX_EVIDENCE_BYTES = 1 << 20
+
+
+# -- next ------------------------------------------------------------------------------------------
+
+
+def next_step(
+    store: SessionStore,
+    name: str,
+    *,
+    data: str | None = None,
+    to: str | None = None,
+    full: bool = False,
+    cleanup: bool = True,
+    cwd: str | None = None,
+) -> dict[str, Any]:
+    """One tick: submit evidence (or take a directed transition), advance, answer what to do."""
+    validate_name(name)
+    if data is not None and to is not None:
+        raise KotoError("precondition_failed", "--with-data and --to cannot be used together")
+    evidence = parse_evidence(data) if data is not None else None
+    view = load(store, name)
+    _check_request(view, evidence, to)
+    ticker = Ticker(store, view, cwd=cwd or os.getcwd(), full=full)
+    if evidence is None and to is None and ticker.answers_without_writing():
+        response = ticker.respond(advanced=False, blocking=[])
+    else:
+        with open_session(store, name) as run:
+            view = load(store, name, run.journal)  # as it is now that we hold the session
+            _check_request(view, evidence, to)
+            ticker = Ticker(store, view, cwd=cwd or os.getcwd(), full=full, run=run)
+            response = ticker.tick(evidence, to)
+    if response["action"] == "done" and cleanup:
+        store.remove(name)
+    return response
+
+
+def parse_evidence(data: str) -> dict[str, Any]:
+    if data.startswith("@"):
+        try:
+            with open(data[1:], "rb") as file:
+                raw = file.read(MAX_EVIDENCE_BYTES + 1)
+        except OSError as exc:
+            raise KotoError("invalid_submission", f"cannot read {data[1:]}: {exc}") from exc
+    else:
+        raw = data.encode()
+    if len(raw) > MAX_EVIDENCE_BYTES:
+        raise KotoError("invalid_submission", "evidence is larger than 1 MiB")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise KotoError(
+            "invalid_submission",
+            f"evidence is not valid JSON: {exc}",
+            details=[{"field": "", "reason": f"not valid JSON: {exc}"}],
+        ) from exc
+    if not isinstance(value, dict):
+        raise KotoError(
+            "invalid_submission",
+            "evidence must be a JSON object",
+            details=[{"field": "", "reason": "must be a JSON object of fields"}],
+        )
+    return value
+
+
+def _check_request(view: SessionView, evidence: dict[str, Any] | None, to: str | None) -> None:
+    if view.cancelled:
+        raise KotoError("terminal_state", f"session {view.name!r} was cancelled")
+    if view.is_terminal and (evidence is not None or to is not None):
+        raise KotoError(
+            "terminal_state", f"session {view.name!r} is at terminal state {view.current!r}"
+        )
+    if to is not None:
+        targets = [t["target"] for t in view.state.get("transitions", [])]
+        if to not in targets:
+            raise KotoError(
+                "precondition_failed",
+                f"--to {to!r}: state {view.current!r} has no transition to it (it may go to: "
+                f"{', '.join(targets) or 'nowhere'})",
+            )
+    if evidence is not None:
+        accepts = view.state.get("accepts")
+        if not accepts:
+            raise KotoError(
+                "precondition_failed", f"state {view.current!r} does not accept evidence"
+            )
+        problems = validate_evidence(accepts, evidence)
+        if problems:
+            reasons = "; ".join(f"{p['field']}: {p['reason']}" for p in problems)
+            raise KotoError(
+                "invalid_submission",
+                f"evidence for state {view.current!r} is invalid: {reasons}",
+                details=problems,
+            )
+
+
+def validate_evidence(accepts: dict[str, Any], evidence: dict[str, Any]) -> list[dict[str, str]]:
+    """Every problem with `evidence` against the state's `accepts`, as `{field, reason}`."""
+    problems = []
+    for key in sorted(evidence):
+        if key == "gates":
+            problems.append({"field": key, "reason": "'gates' is reserved for gate output"})
+        elif key not in accepts:
+            problems.append(
+                {"field": key, "reason": f"unknown field (accepted: {', '.join(accepts)})"}
+            )
+    for key, declaration in accepts.items():
+        if key not in evidence:
+            if declaration.get("required"):
+                problems.append({"field": key, "reason": "required field is missing"})
+            continue
+        value, field_type = evidence[key], declaration["field_type"]
+        if field_type == "enum":
+            if value not in declaration["values"] or not isinstance(value, str):
+                problems.append(
+                    {"field": key, "reason": f"must be one of: {', '.join(declaration['values'])}"}
+                )
+        elif field_type == "string" and not isinstance(value, str):
+            problems.append({"field": key, "reason": "must be a string"})
+        elif field_type == "number" and (
+            isinstance(value, bool) or not isinstance(value, int | float)
+        ):
+            problems.append({"field": key, "reason": "must be a number"})
+        elif field_type == "boolean" and not isinstance(value, bool):
+            problems.append({"field": key, "reason": "must be true or false"})
+    return sorted(problems, key=lambda p: p["field"])
+
+
+class Ticker:
+    """One `next` call on a session: runs the loop and builds the answer."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        view: SessionView,
+        *,
+        cwd: str,
+        full: bool,
+        run: Run | None = None,
+    ) -> None:
+        self.store = store
+        self.view = view
+        self.cwd = cwd
+        self.full = full
+        self.run = run
+        self.values = view.values(store.home)
+
+    def answers_without_writing(self) -> bool:
+        """Whether this tick would append nothing: then it needs no session."""
+        state = self.view.state
+        if self.view.is_terminal:
+            return True
+        needs_details = "details" in state and (self.full or not self.view.delivered)
+        return (
+            bool(state.get("accepts"))
+            and not state.get("gates")
+            and not (self.view.has_evidence or needs_details)
+        )
+
+    def tick(self, evidence: dict[str, Any] | None, to: str | None) -> dict[str, Any]:
+        assert self.run is not None
+        view = self.view
+        if to is not None:
+            offset = append(self.run, "directed_transition", **{"from": view.current, "to": to})
+            view.fold(
+                {"type": "directed_transition", "from": view.current, "to": to, "offset": offset}
+            )
+            return self.respond(advanced=True, blocking=[])
+        if evidence is not None:
+            append(self.run, "evidence_submitted", state=view.current, fields=evidence)
+            view.evidence.update(evidence)
+            view.has_evidence = True
+        fresh = evidence is not None
+        advanced = False
+        left_without_evidence: set[str] = set()
+        for _ in range(MAX_CHAIN):
+            state = view.state
+            if state.get("terminal"):
+                return self.respond(advanced=advanced, blocking=[])
+            results = self.run_gates(state)
+            target, when, blocked = resolve(state, view.evidence, view.has_evidence, results)
+            if target is None:
+                return self.respond(advanced=advanced, blocking=blocked, action=when)
+            if not fresh:
+                if view.current in left_without_evidence:
+                    raise KotoError(
+                        "template_error",
+                        f"cycle: state {view.current!r} was passed through twice in one call "
+                        "without evidence",
+                    )
+                left_without_evidence.add(view.current)
+            source = view.current
+            offset = append(
+                self.run, "transitioned", **{"from": source, "to": target, "when": when}
+            )
+            view.fold({"type": "transitioned", "from": source, "to": target, "offset": offset})
+            advanced, fresh = True, False
+        raise KotoError(
+            "template_error", f"chain limit: more than {MAX_CHAIN} transitions in one call"
+        )
+
+    def run_gates(self, state: dict[str, Any]) -> dict[str, GateResult]:
+        assert self.run is not None
+        environment = dict(os.environ)
+        environment["KOTO_SESSION_NAME"] = self.view.name
+        environment["KOTO_SESSION_DIR"] = self.values["SESSION_DIR"]
+        results = {}
+        for name, gate in state.get("gates", {}).items():
+            if gate["type"] == "command":
+                Path(self.values["SESSION_DIR"]).mkdir(parents=True, exist_ok=True)
+            result = evaluate(
+                gate,
+                values=self.values,
+                read_context=self.read_context,
+                cwd=self.cwd,
+                environment=environment,
+            )
+            append(
+                self.run,
+                "gate_evaluated",
+                state=self.view.current,
+                gate=name,
+                output=result.output,
+                outcome=result.status,
+            )
+            results[name] = result
+        return results
+
+    def read_context(self, key: str) -> bytes | None:
+        from kassette.koto.context import read_content
+
+        return read_content(self.store, self.view, key)
+
+    def respond(
+        self, *, advanced: bool, blocking: list[dict[str, Any]], action: str | None = None
+    ) -> dict[str, Any]:
+        view, state = self.view, self.view.state
+        if state.get("terminal"):
+            return {
+                "action": "done",
+                "advanced": advanced,
+                "error": None,
+                "expects": None,
+                "state": view.current,
+            }
+        action = action or "evidence_required"
+        response: dict[str, Any] = {
+            "action": action,
+            "advanced": advanced,
+            "blocking_conditions": blocking,
+            "directive": substitute(state["directive"], self.values),
+            "error": None,
+            "expects": expects(state) if action == "evidence_required" else None,
+            "state": view.current,
+        }
+        if "details" in state and (self.full or not view.delivered):
+            response["details"] = substitute(state["details"], self.values)
+            if self.run is not None:
+                append(self.run, "instructions_delivered", state=view.current)
+                view.delivered = True
+        return response
+
+
+def resolve(
+    state: dict[str, Any],
+    evidence: dict[str, Any],
+    has_evidence: bool,
+    results: dict[str, GateResult],
+) -> tuple[str | None, Any, list[dict[str, Any]]]:
+    """(target, matched `when`, []) to move, or (None, action, blocking conditions) to stop."""
+    facts: dict[str, Any] = dict(evidence)
+    facts["gates"] = {name: result.output for name, result in results.items()}
+    transitions = state.get("transitions", [])
+    matched = [t for t in transitions if "when" in t and _matches(t["when"], facts)]
+    if len(matched) > 1:
+        raise KotoError(
+            "template_error",
+            f"ambiguous: {len(matched)} transitions match ("
+            + ", ".join(t["target"] for t in matched)
+            + ")",
+        )
+    if matched:
+        return matched[0]["target"], matched[0]["when"], []
+    blocking = [
+        {
+            "agent_actionable": False,
+            "category": "corrective",
+            "name": name,
+            "output": result.output,
+            "status": result.status,
+            "type": state["gates"][name]["type"],
+        }
+        for name, result in results.items()
+        if not result.passed
+    ]
+    accepts = bool(state.get("accepts"))
+    if blocking:
+        return None, "evidence_required" if accepts else "gate_blocked", blocking
+    if accepts and not has_evidence:
+        return None, "evidence_required", []
+    fallback = next((t for t in transitions if "when" not in t), None)
+    if fallback is not None:
+        return fallback["target"], None, []
+    if accepts:
+        return None, "evidence_required", []
+    raise KotoError(
+        "template_error", "no transition matches and the state has no fallback transition"
+    )
+
+
+def _matches(when: dict[str, Any], facts: dict[str, Any]) -> bool:
+    """Every condition holds: the value at its dot path equals it exactly (1 and 1.0 are equal,
+    true and 1 are not)."""
+    missing = object()
+    for path, expected in when.items():
+        value: Any = facts
+        for part in path.split("."):
+            value = value.get(part, missing) if isinstance(value, dict) else missing
+        same_type = type(value) is type(expected) or (_is_number(value) and _is_number(expected))
+        if value is missing or not same_type or value != expected:
+            return False
+    return True
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
