@@ -37,80 +37,120 @@ class _Parser(argparse.ArgumentParser):
         raise KotoError("usage", f"{self.prog}: {message}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="koto", description="Markdown-template workflows for coding agents.")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    verbs = parser.add_subparsers(dest="verb", parser_class=_Parser)
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter with a fixed width: finding the terminal's imports shutil."""
 
-    command = verbs.add_parser("init", help="start a session from a template")
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=int(os.environ.get("COLUMNS") or 100) - 2)
+
+
+def _session_verb(command: argparse.ArgumentParser) -> None:
+    command.add_argument("name")
+
+
+def _init_verb(command: argparse.ArgumentParser) -> None:
     command.add_argument("name")
     command.add_argument("--template", required=True, help="the template's Markdown file")
     command.add_argument("--var", action="append", default=[], metavar="KEY=VALUE")
 
-    command = verbs.add_parser("next", help="what to do now; submit evidence; advance")
+
+def _next_verb(command: argparse.ArgumentParser) -> None:
     command.add_argument("name")
     command.add_argument("--with-data", metavar="JSON|@FILE", help="evidence for this state")
     command.add_argument("--to", metavar="STATE", help="take a declared transition directly")
     command.add_argument("--full", action="store_true", help="include details every time")
     command.add_argument("--no-cleanup", action="store_true", help="keep a finished session")
 
-    command = verbs.add_parser("rewind", help="go back to the previous state")
-    command.add_argument("name")
-    command = verbs.add_parser("cancel", help="end a session")
+
+def _cancel_verb(command: argparse.ArgumentParser) -> None:
     command.add_argument("name")
     command.add_argument("--cleanup", action="store_true", help="also delete it")
-    command = verbs.add_parser("status", help="the session's state, read-only")
-    command.add_argument("name")
 
-    context = verbs.add_parser("context", help="content handed to koto").add_subparsers(
-        dest="action", parser_class=_Parser, required=True
-    )
-    command = context.add_parser("add", help="store stdin (or --from-file) under KEY")
-    command.add_argument("name")
-    command.add_argument("key")
-    command.add_argument("--from-file", metavar="PATH")
-    command = context.add_parser("get", help="print KEY's content (or write --to-file)")
-    command.add_argument("name")
-    command.add_argument("key")
-    command.add_argument("--to-file", metavar="PATH")
-    for action, text in (("exists", "exit 0 if KEY exists, 1 if not"), ("remove", "forget KEY")):
-        command = context.add_parser(action, help=text)
-        command.add_argument("name")
-        command.add_argument("key")
-    command = context.add_parser("list", help="the keys, as a JSON array")
-    command.add_argument("name")
-    command.add_argument("--prefix", default="")
 
-    template = verbs.add_parser("template", help="compile or draw a template").add_subparsers(
-        dest="action", parser_class=_Parser, required=True
+def _actions(command: argparse.ArgumentParser) -> Any:
+    return command.add_subparsers(
+        dest="action", parser_class=_Parser, required=True, metavar="ACTION"
     )
-    command = template.add_parser("compile", help="print the compiled JSON")
-    command.add_argument("source")
-    command = template.add_parser("export", help="draw it as Mermaid or HTML")
-    command.add_argument("source", help="a template (.md) or a compiled template (.json)")
-    command.add_argument("--format", choices=("mermaid", "html"), default="mermaid")
-    command.add_argument("--output", metavar="FILE")
 
-    session = verbs.add_parser("session", help="list, locate, delete sessions").add_subparsers(
-        dest="action", parser_class=_Parser, required=True
-    )
-    session.add_parser("list", help="every session, as a JSON array")
-    for action, text in (("dir", "the session's local directory"), ("cleanup", "delete it")):
-        session.add_parser(action, help=text).add_argument("name")
 
-    config = verbs.add_parser("config", help="layered settings").add_subparsers(
-        dest="action", parser_class=_Parser, required=True
+def _context_verb(command: argparse.ArgumentParser) -> None:
+    actions = _actions(command)
+    action = actions.add_parser("add", help="store stdin (or --from-file) under KEY")
+    action.add_argument("name")
+    action.add_argument("key")
+    action.add_argument("--from-file", metavar="PATH")
+    action = actions.add_parser("get", help="print KEY's content (or write --to-file)")
+    action.add_argument("name")
+    action.add_argument("key")
+    action.add_argument("--to-file", metavar="PATH")
+    for name, text in (("exists", "exit 0 if KEY exists, 1 if not"), ("remove", "forget KEY")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("name")
+        action.add_argument("key")
+    action = actions.add_parser("list", help="the keys, as a JSON array")
+    action.add_argument("name")
+    action.add_argument("--prefix", default="")
+
+
+def _template_verb(command: argparse.ArgumentParser) -> None:
+    actions = _actions(command)
+    actions.add_parser("compile", help="print the compiled JSON").add_argument("source")
+    action = actions.add_parser("export", help="draw it as Mermaid or HTML")
+    action.add_argument("source", help="a template (.md) or a compiled template (.json)")
+    action.add_argument("--format", choices=("mermaid", "html"), default="mermaid")
+    action.add_argument("--output", metavar="FILE")
+
+
+def _sessions_verb(command: argparse.ArgumentParser) -> None:
+    actions = _actions(command)
+    actions.add_parser("list", help="every session, as a JSON array")
+    for name, text in (("dir", "the session's local directory"), ("cleanup", "delete it")):
+        actions.add_parser(name, help=text).add_argument("name")
+
+
+def _config_verb(command: argparse.ArgumentParser) -> None:
+    actions = _actions(command)
+    actions.add_parser("get", help="print a resolved value").add_argument("key")
+    for name, text in (
+        ("set", "set in the project config (or --user)"),
+        ("unset", "remove from the project config (or --user)"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("key")
+        if name == "set":
+            action.add_argument("value")
+        action.add_argument("--user", action="store_true")
+    action = actions.add_parser("list", help="the resolved config, credentials redacted")
+    action.add_argument("--json", action="store_true")
+
+
+_VERBS: dict[str, tuple[str, Any]] = {
+    "init": ("start a session from a template", _init_verb),
+    "next": ("what to do now; submit evidence; advance", _next_verb),
+    "rewind": ("go back to the previous state", _session_verb),
+    "cancel": ("end a session", _cancel_verb),
+    "status": ("the session's state, read-only", _session_verb),
+    "context": ("content handed to koto", _context_verb),
+    "template": ("compile or draw a template", _template_verb),
+    "session": ("list, locate, delete sessions", _sessions_verb),
+    "config": ("layered settings", _config_verb),
+}
+
+
+def _parser(verb: str | None) -> argparse.ArgumentParser:
+    """The command line's parser; with a known `verb`, only that verb's arguments are built
+    (an agent runs one verb per process, and building them all is most of argparse's cost)."""
+    parser = _Parser(
+        prog="koto",
+        description="Markdown-template workflows for coding agents.",
+        formatter_class=_Formatter,
     )
-    config.add_parser("get", help="print a resolved value").add_argument("key")
-    command = config.add_parser("set", help="set in the project config (or --user)")
-    command.add_argument("key")
-    command.add_argument("value")
-    command.add_argument("--user", action="store_true")
-    command = config.add_parser("unset", help="remove from the project config (or --user)")
-    command.add_argument("key")
-    command.add_argument("--user", action="store_true")
-    command = config.add_parser("list", help="the resolved config, credentials redacted")
-    command.add_argument("--json", action="store_true")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    verbs = parser.add_subparsers(dest="verb", parser_class=_Parser, metavar="VERB")
+    for name, (text, build) in _VERBS.items():
+        command = verbs.add_parser(name, help=text, formatter_class=_Formatter)
+        if verb is None or verb == name or verb not in _VERBS:
+            build(command)
     return parser
 
 
@@ -298,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in arguments if not a.startswith("-")), "koto")
     try:
-        args = _parser().parse_args(arguments)
+        args = _parser(verb).parse_args(arguments)
         if args.version:
             from kassette import __version__
 

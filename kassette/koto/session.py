@@ -42,7 +42,7 @@ from kassette.journal import Journal
 from kassette.koto.errors import KotoError
 from kassette.koto.gates import substitute
 from kassette.koto.store import SessionStore, session_dir, validate_name
-from kassette.koto.template import Template, TemplateError, compile_template
+from kassette.koto.template import Template
 
 __all__ = [
     "SessionView",
@@ -263,6 +263,8 @@ def init(
     store: SessionStore, name: str, template_path: str, assignments: list[str]
 ) -> dict[str, Any]:
     """Start session `name` from the template file; returns `{name, state}`."""
+    from kassette.koto.template import TemplateError, compile_template
+
     validate_name(name)
     try:
         template = compile_template(template_path)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -131,6 +130,8 @@ class LocalSessions:
         ]
 
     def remove(self, name: str) -> None:
+        import shutil
+
         directory = session_dir(self.home, name)
         try:
             shutil.rmtree(directory)
@@ -203,6 +204,8 @@ class S3Sessions:
                     self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
         except (BotoCoreError, ClientError) as exc:
             raise _storage_error("remove", self.bucket, base, exc) from exc
+        import shutil
+
         shutil.rmtree(session_dir(self.home, name), ignore_errors=True)
 
 

@@ -311,3 +311,7 @@ def test_usage_errors_are_json(koto: Koto) -> None:
     result = koto("frobnicate")
     assert result.code == 2 and result.json["code"] == "usage"
     assert koto("--version").stdout.startswith(b"koto")
+    help_text = koto("--help").stdout.decode()
+    for verb in ("init", "next", "rewind", "cancel", "status", "context", "template", "session"):
+        assert f"    {verb} " in help_text
+    assert "--with-data" in koto("next", "--help").stdout.decode()

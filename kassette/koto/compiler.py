@@ -1,0 +1,278 @@
+"""The template compiler: a template's source, both forms, to its compiled JSON.
+
+`Compiler.compile` splits the front-matter from the Markdown body, reads the front-matter
+(`kassette.koto.frontmatter`), finds each state's `## name` section (headings inside code
+fences do not count; in the full form only headings naming a declared state start a section)
+and builds the compiled states of the full form or of the simple form. Field checks come from
+`kassette.koto.checks`. Every problem is collected with its line, and reported together.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kassette.koto.checks import REFERENCE, Checks
+from kassette.koto.frontmatter import Mapping, YamlError, parse
+from kassette.koto.template import FORMAT_VERSION, SIMPLE_FORM_FIELD, Template, TemplateError
+
+__all__ = ["Compiler"]
+
+_TOP_FIELDS = {"name", "version", "description", "initial_state", "variables", "states"}
+_STATE_FIELDS = {"transitions", "terminal", "accepts", "gates"}
+_STATE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+_HEADING = re.compile(r"##[ \t]+(.+?)[ \t]*#*[ \t]*")
+_FENCE = re.compile(r"[ ]{0,3}(```|~~~)")
+_DETAILS = "<!-- details -->"
+_TRANSITIONS_LINE = re.compile(r"\s*\*\*Transitions\*\*\s*:\s*(.*?)\s*")
+
+
+@dataclass
+class _Section:
+    name: str
+    line: int
+    body: list[tuple[int, str]]  # (line number, text)
+
+
+class Compiler(Checks):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.problems: list[tuple[int, str]] = []
+        self.state_lines: dict[str, int] = {}
+        self.references: list[tuple[int, str]] = []  # (line, variable) of every {{VARIABLE}}
+
+    def problem(self, line: int, message: str) -> None:
+        self.problems.append((line, message))
+
+    def fail(self) -> TemplateError:
+        return TemplateError(self.path, self.problems)
+
+    # -- the two source forms ----------------------------------------------------------------
+
+    def compile(self, text: str) -> Template:
+        lines = text.split("\n")
+        if lines[0].rstrip() != "---":
+            self.problem(1, "a template starts with YAML front-matter between '---' lines")
+            raise self.fail()
+        end = next((i for i in range(1, len(lines)) if lines[i].rstrip() in ("---", "...")), 0)
+        if not end:
+            self.problem(1, "the front-matter opened on line 1 is never closed with '---'")
+            raise self.fail()
+        try:
+            front = parse("\n".join(lines[1:end]), first_line=2)
+        except YamlError as exc:
+            self.problem(exc.line, exc.message)
+            raise self.fail() from None
+        if not isinstance(front, Mapping):
+            self.problem(2, "the front-matter must be a mapping of 'key: value' lines")
+            raise self.fail()
+        body = [(end + 2 + i, line) for i, line in enumerate(lines[end + 1 :])]
+        for key in front:
+            if key not in _TOP_FIELDS:
+                self.problem(
+                    front.lines[key],
+                    f"unknown field {key!r} (known: {', '.join(sorted(_TOP_FIELDS))})",
+                )
+        data: dict[str, Any] = {"format_version": FORMAT_VERSION}
+        data["name"] = self.text_field(front, "name", required=True)
+        data["version"] = self.text_field(front, "version", required=True)
+        description = self.text_field(front, "description", required=False)
+        if description:
+            data["description"] = description.strip()
+        data["variables"] = self.variables(front)
+        if "states" in front:
+            data["states"], data["initial_state"] = self.full_form(front, body)
+        else:
+            data["states"], data["initial_state"] = self.simple_form(front, body)
+        self.check_references(data)
+        if self.problems:
+            raise self.fail()
+        self.check_graph(data)  # needs every target to be a state
+        if self.problems:
+            raise self.fail()
+        return Template.from_data(data)
+
+    def full_form(self, front: Mapping, body: list[tuple[int, str]]) -> tuple[dict[str, Any], str]:
+        states_spec = front["states"]
+        if not isinstance(states_spec, Mapping) or not states_spec:
+            self.problem(front.lines["states"], "'states' must be a non-empty mapping")
+            raise self.fail()
+        initial = self.text_field(front, "initial_state", required=True)
+        for name in states_spec:
+            self.state_lines[name] = states_spec.lines[name]
+            if not _STATE_NAME.fullmatch(name):
+                self.problem(
+                    states_spec.lines[name],
+                    f"invalid state name {name!r}: use letters, digits, '_' and '-'",
+                )
+        if initial and initial not in states_spec:
+            self.problem(
+                front.lines["initial_state"], f"initial_state {initial!r} is not a declared state"
+            )
+        sections = self.sections(body, set(states_spec))
+        states: dict[str, Any] = {}
+        for name, spec in states_spec.items():
+            line = states_spec.lines[name]
+            if spec is None:
+                spec = Mapping(line)
+            if not isinstance(spec, Mapping):
+                self.problem(line, f"state {name!r} must be a mapping")
+                continue
+            for key in spec:
+                if key not in _STATE_FIELDS:
+                    self.problem(
+                        spec.lines[key],
+                        f"unknown field {key!r} in state {name!r} "
+                        f"(known: {', '.join(sorted(_STATE_FIELDS))})",
+                    )
+            state = self.section_text(name, line, sections.get(name))
+            accepts = self.accepts(name, spec)
+            gates = self.gates(name, spec)
+            transitions = self.transitions(name, spec, set(states_spec), accepts, gates)
+            terminal = spec.get("terminal", False)
+            if not isinstance(terminal, bool):
+                self.problem(spec.lines["terminal"], "'terminal' must be true or false")
+            if terminal and transitions:
+                self.problem(
+                    spec.lines["terminal"], f"terminal state {name!r} may not have transitions"
+                )
+            if not terminal and not transitions:
+                self.problem(
+                    line,
+                    f"state {name!r} has no transitions and is not terminal "
+                    "(a dead end): add transitions or 'terminal: true'",
+                )
+            if terminal is True:
+                state["terminal"] = True
+            if transitions:
+                state["transitions"] = transitions
+            if accepts:
+                state["accepts"] = accepts
+            if gates:
+                state["gates"] = gates
+            states[name] = state
+        return states, initial or ""
+
+    def simple_form(
+        self, front: Mapping, body: list[tuple[int, str]]
+    ) -> tuple[dict[str, Any], str]:
+        sections = self.sections(body, None)
+        if not sections:
+            self.problem(
+                0,
+                "no states: declare 'states' in the front-matter or write one "
+                "'## state' section per state",
+            )
+            raise self.fail()
+        targets: dict[str, tuple[int, list[str]]] = {}
+        for section in sections.values():
+            self.state_lines[section.name] = section.line
+            if not _STATE_NAME.fullmatch(section.name):
+                self.problem(
+                    section.line,
+                    f"invalid state name {section.name!r}: use letters, digits, '_' and '-'",
+                )
+            kept = []
+            for number, text in section.body:
+                match = _TRANSITIONS_LINE.fullmatch(text)
+                if match is None:
+                    kept.append((number, text))
+                    continue
+                if section.name in targets:
+                    self.problem(number, f"state {section.name!r} has a second Transitions line")
+                    continue
+                targets[section.name] = (number, self.target_list(match.group(1), number))
+            section.body = kept
+        initial = self.text_field(front, "initial_state", required=False) or next(iter(sections))
+        if initial not in sections:
+            self.problem(
+                front.lines["initial_state"], f"initial_state {initial!r} has no '## section'"
+            )
+        states: dict[str, Any] = {}
+        for name, section in sections.items():
+            state = self.section_text(name, section.line, section)
+            line, names = targets.get(name, (section.line, []))
+            for target in names:
+                if target not in sections:
+                    self.problem(line, f"unknown target {target!r} in the transitions of {name!r}")
+            if names:
+                state["accepts"] = {
+                    SIMPLE_FORM_FIELD: {
+                        "field_type": "enum",
+                        "required": True,
+                        "values": list(dict.fromkeys(names)),
+                        "description": "the state to go to next",
+                    }
+                }
+                state["transitions"] = [
+                    {"target": target, "when": {SIMPLE_FORM_FIELD: target}}
+                    for target in dict.fromkeys(names)
+                ]
+            else:
+                state["terminal"] = True
+            states[name] = state
+        return states, initial
+
+    def target_list(self, text: str, line: int) -> list[str]:
+        try:
+            value = parse(text, first_line=line)
+        except YamlError as exc:
+            self.problem(exc.line, f"bad Transitions line: {exc.message}")
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.problem(line, "a Transitions line lists state names: **Transitions**: [a, b]")
+            return []
+        return value
+
+    # -- sections ------------------------------------------------------------------------------
+
+    def sections(
+        self, body: list[tuple[int, str]], declared: set[str] | None
+    ) -> dict[str, _Section]:
+        """`## name` sections; with `declared`, only headings naming a declared state count."""
+        sections: dict[str, _Section] = {}
+        current: _Section | None = None
+        fence = ""
+        for number, text in body:
+            marker = _FENCE.match(text)
+            if marker is not None:
+                fence = "" if fence == marker.group(1) else (fence or marker.group(1))
+            heading = _HEADING.fullmatch(text) if not fence else None
+            if heading is not None and (declared is None or heading.group(1) in declared):
+                name = heading.group(1)
+                if name in sections:
+                    self.problem(
+                        number,
+                        f"a second '## {name}' section (the first is on line "
+                        f"{sections[name].line})",
+                    )
+                    current = None
+                    continue
+                current = sections[name] = _Section(name, number, [])
+            elif current is not None:
+                current.body.append((number, text))
+        return sections
+
+    def section_text(self, name: str, line: int, section: _Section | None) -> dict[str, Any]:
+        if section is None:
+            self.problem(line, f"state {name!r} has no '## {name}' section in the body")
+            return {"directive": ""}
+        split = next((i for i, (_, t) in enumerate(section.body) if t.strip() == _DETAILS), None)
+        directive = section.body if split is None else section.body[:split]
+        details = [] if split is None else section.body[split + 1 :]
+        state: dict[str, Any] = {"directive": _join(directive)}
+        if not state["directive"]:
+            self.problem(section.line, f"the '## {name}' section has no directive text")
+        if _join(details):
+            state["details"] = _join(details)
+        for number, text in section.body:
+            for variable in REFERENCE.findall(text):
+                self.references.append((number, variable))
+        return state
+
+
+def _join(lines: list[tuple[int, str]]) -> str:
+    return "\n".join(text.rstrip() for _, text in lines).strip("\n")
