@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +58,12 @@ def project_config_path(cwd: Path) -> Path:
     return cwd / ".koto" / "config.toml"
 
 
-@dataclass
 class Config:
     """The resolved configuration: defaults, then the user's file, then the project's."""
 
-    values: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)  # key -> "default"/"user"/"project"
+    def __init__(self, values: dict[str, Any], sources: dict[str, str]) -> None:
+        self.values = values
+        self.sources = sources  # key -> "default", "user" or "project"
 
     def get(self, key: str) -> str | None:
         value = self.values.get(key)

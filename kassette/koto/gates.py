@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = ["GateResult", "evaluate", "substitute"]
@@ -23,10 +22,17 @@ Status = Literal["passed", "failed", "timed_out", "error"]
 _REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
-@dataclass(frozen=True)
 class GateResult:
-    output: dict[str, Any]
-    status: Status
+    """What a gate reported (`output`, the fields `when` can test) and how it ended."""
+
+    __slots__ = ("output", "status")
+
+    def __init__(self, output: dict[str, Any], status: Status) -> None:
+        self.output = output
+        self.status = status
+
+    def __repr__(self) -> str:
+        return f"GateResult({self.output!r}, {self.status!r})"
 
     @property
     def passed(self) -> bool:

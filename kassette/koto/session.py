@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -67,20 +66,26 @@ _CANCEL_REASON = "cancelled by user"
 # -- reading a session -------------------------------------------------------------------------
 
 
-@dataclass
 class SessionView:
-    """What a session's journal says, folded in order."""
+    """What a session's journal says, folded in order.
 
-    name: str
-    metadata: dict[str, Any]
-    template: Template
-    arrivals: list[str]
-    epoch: int = -1  # offset of the entry that arrived at the current state
-    evidence: dict[str, Any] = field(default_factory=dict)
-    has_evidence: bool = False
-    delivered: bool = False  # the current state's details went out since it was arrived at
-    context: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cancelled: bool = False
+    (A plain class, not a dataclass: `koto next` imports this on every call, and generating a
+    dataclass costs more than everything this module does at import.)
+    """
+
+    def __init__(
+        self, name: str, metadata: dict[str, Any], template: Template, initial: str
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
+        self.template = template
+        self.arrivals = [initial]
+        self.epoch = -1  # offset of the entry that arrived at the current state
+        self.evidence: dict[str, Any] = {}
+        self.has_evidence = False
+        self.delivered = False  # the current state's details went out since it was arrived at
+        self.context: dict[str, dict[str, Any]] = {}
+        self.cancelled = False
 
     @property
     def current(self) -> str:
@@ -153,7 +158,7 @@ def load(store: SessionStore, name: str, journal: Journal | None = None) -> Sess
             "persistence_error", f"the journal of {name!r} is not a koto session (no template)"
         )
     template = load_template(store, name, metadata["template"])
-    view = SessionView(name, metadata, template, [template.initial_state])
+    view = SessionView(name, metadata, template, template.initial_state)
     for entry in journal.entries:
         view.fold(entry)
     if view.current not in template.states:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +52,18 @@ class TemplateError(ValueError):
         ]
 
 
-@dataclass(frozen=True)
 class Template:
     """A compiled template: `data` (the JSON object), its canonical bytes and their SHA-256."""
 
-    data: dict[str, Any]
-    text: bytes
-    sha256: str
+    __slots__ = ("data", "sha256", "text")
+
+    def __init__(self, data: dict[str, Any], text: bytes, sha256: str) -> None:
+        self.data = data
+        self.text = text
+        self.sha256 = sha256
+
+    def __repr__(self) -> str:
+        return f"Template({self.name!r}, sha256={self.sha256[:12]}...)"
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Template:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import Koto
 
@@ -144,3 +146,11 @@ def test_the_cli_reports_every_problem_with_file_and_line(koto: Koto) -> None:
     init = koto("init", "x", "--template", "bad.md")
     assert (init.code, init.json["line"]) == (3, 10)
     assert koto("template", "compile", "missing.md").code == 3
+
+
+def test_the_template_in_the_docs_compiles() -> None:
+    document = (Path(__file__).resolve().parents[2] / "docs" / "koto.md").read_text()
+    source = document.split("```markdown\n", 1)[1].split("```\n", 1)[0]
+    template = compile_text(source, "docs/koto.md")
+    assert template.state("assess")["gates"]["ci"]["timeout"] == 30
+    assert template.variables["DEPTH"] == {"required": False, "default": "normal"}
