@@ -47,7 +47,7 @@ class Koto:
 
     def __init__(self, root: Path, home: Path | None = None) -> None:
         self.root = root
-        self.home = home or root / "home" / ".koto"
+        self.home = home or root / "koto-home"  # not HOME/.koto: the default is tested apart
         self.cwd = root / "project"
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.environment = {

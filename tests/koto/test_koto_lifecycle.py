@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import tomllib
+from pathlib import Path
 
 from conftest import Koto
 
@@ -315,3 +318,32 @@ def test_usage_errors_are_json(koto: Koto) -> None:
     for verb in ("init", "next", "rewind", "cancel", "status", "context", "template", "session"):
         assert f"    {verb} " in help_text
     assert "--with-data" in koto("next", "--help").stdout.decode()
+
+
+def test_koto_home_defaults_to_dot_koto_in_home(koto: Koto) -> None:
+    template = koto.template("lifecycle")
+    koto.ok("init", "job", "--template", template, "--var", TASK, KOTO_HOME="")
+    default = koto.root / "home" / ".koto" / "sessions" / "job"
+    assert (default / "job.jsonl").exists()
+    assert not koto.session_dir("job").exists()
+    assert koto("session", "dir", "job", KOTO_HOME="").stdout.decode() == f"{default}\n"
+
+
+def test_a_corrupt_journal_is_exit_3(koto: Koto) -> None:
+    koto.ok("init", "job", "--template", koto.template("lifecycle"), "--var", TASK)
+    koto.ok("next", "job", "--with-data", '{"approach": "x"}')
+    path = koto.session_dir("job") / "job.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:2], b"{not json\n", *lines[3:]]))
+    result = koto("next", "job")
+    assert result.code == 3
+    assert result.error["code"] == "persistence_error"
+    assert "corrupt" in result.error["message"]
+    listed = koto.ok("session", "list")
+    assert listed[0]["id"] == "job" and "corrupt" in listed[0]["error"]
+
+
+def test_the_console_script_is_declared() -> None:
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    module, _, function = pyproject["project"]["scripts"]["koto"].partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
