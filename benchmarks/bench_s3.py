@@ -1,0 +1,159 @@
+"""What an append costs on S3Storage, next to LocalStorage, for runs of 10, 100 and 500 steps.
+
+Starts a moto S3 server on 127.0.0.1 (the `dev` extra), records N steps in one session on
+each backend and prints, per run: the journal's size, the bytes the backend sent to storage
+(PUT bodies for S3, bytes written for local files), and the latency of an append (`record` of
+a step whose function returns at once, so the time is the journal's; the last column averages
+the final tenth of the run, where the object is largest). Every S3 append rewrites the whole
+object, so its bytes grow with the square of the run's length; this shows how fast.
+
+    python benchmarks/bench_s3.py [--steps 10 100 500] [--result-bytes 200]
+
+moto answers from memory on this machine: the latencies are the client's and server's CPU
+(signing, checksums, HTTP), not a network round trip, which a real bucket adds to every append.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout
+
+from kassette.core import open_run
+from kassette.storage import Storage
+from kassette.storage.local import LocalStorage
+from kassette.storage.s3 import S3Storage
+
+
+@dataclass(frozen=True)
+class Measurement:
+    backend: str
+    steps: int
+    journal_bytes: int
+    sent_bytes: int
+    append_ms: list[float]
+
+    def row(self) -> list[str]:
+        latencies = sorted(self.append_ms)
+        p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
+        last_tenth = self.append_ms[-max(1, len(self.append_ms) // 10) :]
+        return [
+            self.backend,
+            str(self.steps),
+            f"{self.journal_bytes:,}",
+            f"{self.sent_bytes:,}",
+            f"{self.sent_bytes / self.journal_bytes:.1f}x",
+            f"{statistics.mean(latencies):.2f}",
+            f"{statistics.median(latencies):.2f}",
+            f"{p95:.2f}",
+            f"{statistics.mean(last_tenth):.2f}",
+        ]
+
+
+HEADER = [
+    "backend",
+    "steps",
+    "journal bytes",
+    "bytes sent",
+    "sent/journal",
+    "append mean ms",
+    "p50 ms",
+    "p95 ms",
+    "last 10% mean ms",
+]
+
+
+def measure(
+    backend: str, storage: Storage, steps: int, result: str, sent: Callable[[], int]
+) -> Measurement:
+    run_id = f"bench-{steps}-{uuid.uuid4().hex[:8]}"
+    before = sent()
+    latencies = []
+    with open_run(storage, run_id, metadata={"steps": steps}) as run:
+        for number in range(steps):
+            started = time.perf_counter()
+            run.record(f"step-{number}", lambda: result)
+            latencies.append((time.perf_counter() - started) * 1000)
+    snapshot = storage.read(run_id)
+    assert snapshot is not None
+    return Measurement(backend, steps, len(snapshot.data), sent() - before, latencies)
+
+
+class _CountingLocal(LocalStorage):
+    """LocalStorage that counts the bytes its appends hand to the file system."""
+
+    written = 0
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        type(self).written += len(data)
+        return super().append(run_id, data, token=token)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--result-bytes", type=int, default=200, help="size of each step result")
+    args = parser.parse_args(argv)
+
+    import boto3
+    from botocore.config import Config
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://{host}:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    uploaded = [0]
+
+    def count_upload(request: Any, **_: Any) -> None:
+        uploaded[0] += int(request.headers.get("Content-Length", 0))
+
+    client.meta.events.register("before-send.s3.PutObject", count_upload)
+    client.create_bucket(Bucket="kassette-bench")
+    s3 = S3Storage("kassette-bench", "bench", client=client)
+    result = "x" * args.result_bytes
+
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            local = _CountingLocal(Path(directory) / "journals")
+            for steps in args.steps:
+                rows.append(measure("local", local, steps, result, lambda: _CountingLocal.written))
+                rows.append(measure("s3 (moto)", s3, steps, result, lambda: uploaded[0]))
+    finally:
+        client.close()
+        server.stop()
+
+    table = [HEADER, *(m.row() for m in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
+    print(
+        f"# {args.result_bytes}-byte step results; python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cpus"
+    )
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for line in table[1:]:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""S3Storage: journals as objects in an S3-compatible bucket, appended by compare-and-swap.
+
+One object per run, `{prefix}/{runId}/journal.jsonl`. Object stores cannot append, so an append
+rewrites the whole object: the new body is the old one plus the new lines, put with
+`If-Match: <ETag of the old one>`; a new run is put with `If-None-Match: *`. When another writer
+got there first the store answers 412 and nothing is written: that is the `ConflictError` the
+core turns into a retry or a `FencedError`. The ETag is the token. The body this instance last
+read or wrote is kept per run, so an append inside a session costs one PUT.
+
+There are no locks: session fencing through these conditional writes is what keeps a journal
+consistent. Every botocore error is translated in one place, `_translate`. boto3 is imported
+only when a client is created. Any endpoint boto3 can reach (`AWS_ENDPOINT_URL`) works if it
+applies conditional PutObject atomically, as AWS S3 and Cloudflare R2 document; see
+docs/object-storage-design.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from kassette.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    KassetteError,
+    RunNotFoundError,
+    StorageError,
+)
+from kassette.journal import validate_run_id
+from kassette.storage import Snapshot
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = ["S3Storage"]
+
+_JOURNAL = "journal.jsonl"
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+_CACHED_RUNS = 64
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+_REFUSED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "SignatureDoesNotMatch",
+    }
+)
+
+
+class S3Storage:
+    """Journals in `bucket` under `prefix`; `client` defaults to `boto3.client("s3")`."""
+
+    def __init__(self, bucket: str, prefix: str = "", client: S3Client | None = None) -> None:
+        self.bucket = _validate_bucket(bucket)
+        self.prefix = _validate_prefix(prefix)
+        self._client = client if client is not None else _default_client()
+        _check_conditional_writes(self._client)
+        self._bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._mutex = threading.Lock()
+
+    def __repr__(self) -> str:
+        url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        return f"S3Storage({url!r})"
+
+    def _key(self, run_id: str) -> str:
+        run_id = validate_run_id(run_id)
+        return f"{self.prefix}/{run_id}/{_JOURNAL}" if self.prefix else f"{run_id}/{_JOURNAL}"
+
+    def read(self, run_id: str) -> Snapshot | None:
+        key = self._key(run_id)
+        try:
+            data, etag = self._get(run_id, key)
+        except RunNotFoundError:
+            return None
+        return Snapshot(data, etag)
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        key = self._key(run_id)
+        if token is None:
+            body = data
+            with self._boundary("create", run_id, key):
+                etag = self._client.put_object(
+                    Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*"
+                )["ETag"]
+        else:
+            body = _complete_lines(self._body_at(run_id, key, token)) + data
+            try:
+                with self._boundary("append to", run_id, key):
+                    etag = self._client.put_object(
+                        Bucket=self.bucket, Key=key, Body=body, IfMatch=token
+                    )["ETag"]
+            except RunNotFoundError as exc:
+                raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from exc
+        self._remember(run_id, etag, body)
+        return etag
+
+    def list_runs(self) -> Iterator[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        run_ids = []
+        with self._boundary("list runs in", None, base):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    run_id, slash, name = item.get("Key", "")[len(base) :].partition("/")
+                    if slash and name == _JOURNAL and _is_run_id(run_id):
+                        run_ids.append(run_id)
+        yield from sorted(run_ids)
+
+    def lock(self, run_id: str, session: int) -> contextlib.AbstractContextManager[None]:
+        validate_run_id(run_id)
+        return contextlib.nullcontext()
+
+    def _get(self, run_id: str, key: str) -> tuple[bytes, str]:
+        with self._boundary("read", run_id, key):
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+            data = response["Body"].read()
+        etag = response["ETag"]
+        self._remember(run_id, etag, data)
+        return data, etag
+
+    def _body_at(self, run_id: str, key: str, token: str) -> bytes:
+        """The journal's bytes at `token`, from the cache or a fresh read."""
+        with self._mutex:
+            cached = self._bodies.get(run_id)
+        if cached is not None and _same_etag(cached[0], token):
+            return cached[1]
+        try:
+            data, etag = self._get(run_id, key)
+        except RunNotFoundError as exc:
+            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from exc
+        if not _same_etag(etag, token):
+            raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
+        return data
+
+    def _remember(self, run_id: str, etag: str, body: bytes) -> None:
+        with self._mutex:
+            self._bodies[run_id] = (etag, body)
+            self._bodies.move_to_end(run_id)
+            while len(self._bodies) > _CACHED_RUNS:
+                self._bodies.popitem(last=False)
+
+    @contextlib.contextmanager
+    def _boundary(self, action: str, run_id: str | None, key: str) -> Iterator[None]:
+        """Where botocore ends: every error it raises leaves as a kassette error."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as exc:
+            raise _translate(exc, action, self.bucket, key, run_id) from exc
+
+
+def _translate(
+    exc: Exception, action: str, bucket: str, key: str, run_id: str | None
+) -> KassetteError:
+    """The kassette error for a botocore error raised while doing `action` on `key`."""
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    where = f"s3://{bucket}/{key}"
+    if isinstance(exc, NoCredentialsError):
+        return StorageError(
+            f"cannot {action} {where}: no AWS credentials found (set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)",
+            run_id=run_id,
+        )
+    if not isinstance(exc, ClientError):  # connection refused or reset, timeouts, ...
+        return StorageError(f"cannot {action} {where}: {exc}", run_id=run_id)
+    error = exc.response.get("Error", {})
+    code = error.get("Code", "")
+    message = error.get("Message", "")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if code in _CONFLICT_CODES or status == 412:
+        return ConflictError(
+            f"run {run_id} changed since it was read ({code or status})", run_id=run_id
+        )
+    if code == "NoSuchKey":
+        return RunNotFoundError(f"run {run_id} not found at {where}", run_id=run_id)
+    if code == "NoSuchBucket":
+        return StorageError(
+            f"cannot {action} {where}: bucket {bucket!r} does not exist (NoSuchBucket)",
+            run_id=run_id,
+        )
+    if code in _REFUSED_CODES or status == 403:
+        return StorageError(
+            f"cannot {action} {where}: the credentials were refused ({code or status}: "
+            f"{message}); check the AWS credentials and the bucket policy",
+            run_id=run_id,
+        )
+    label = code if code and code != str(status) else "HTTP"
+    return StorageError(
+        f"cannot {action} {where}: {label} {status} {message}".rstrip(), run_id=run_id
+    )
+
+
+def _default_client() -> S3Client:
+    try:
+        import boto3
+    except ImportError as exc:
+        raise ImportError(
+            'S3Storage needs boto3, which is not installed: pip install "kassette[s3]"'
+        ) from exc
+    return boto3.client("s3")
+
+
+def _check_conditional_writes(client: S3Client) -> None:
+    """An older botocore cannot send `If-Match` on PutObject, and appends would all fail."""
+    shape = client.meta.service_model.operation_model("PutObject").input_shape
+    members = shape.members if shape is not None else {}
+    if "IfMatch" not in members or "IfNoneMatch" not in members:
+        raise ImportError(
+            "S3Storage needs a boto3 that sends conditional PutObject (If-Match), 1.35.69 or "
+            'later: pip install --upgrade "kassette[s3]"'
+        )
+
+
+def _validate_bucket(bucket: object) -> str:
+    if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise InvalidArgumentError(
+            f"invalid S3 bucket name {bucket!r}: use 3-63 of a-z 0-9 . - _, starting and "
+            "ending with a letter or digit"
+        )
+    return bucket
+
+
+def _validate_prefix(prefix: object) -> str:
+    """The prefix without a trailing slash; refuses what could escape or alias it."""
+    if not isinstance(prefix, str):
+        raise InvalidArgumentError(f"invalid S3 prefix {prefix!r}: not a string")
+    if prefix.startswith("/"):
+        raise InvalidArgumentError(f"invalid S3 prefix {prefix!r}: it may not start with '/'")
+    prefix = prefix.rstrip("/")
+    if not prefix:
+        return ""
+    if any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise InvalidArgumentError(
+            f"invalid S3 prefix {prefix!r}: empty, '.' and '..' segments are not allowed"
+        )
+    if any(ord(char) < 0x20 or char in "\\\x7f" for char in prefix):
+        raise InvalidArgumentError(
+            f"invalid S3 prefix {prefix!r}: control characters and '\\' are not allowed"
+        )
+    return prefix
+
+
+def _is_run_id(name: str) -> bool:
+    try:
+        validate_run_id(name)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+def _same_etag(first: str, second: str) -> bool:
+    return first.strip('"') == second.strip('"')
+
+
+def _complete_lines(data: bytes) -> bytes:
+    """A torn final line left by a crashed writer is not content: an append replaces it."""
+    return data[: data.rfind(b"\n") + 1]
+
+
+def _from_url(url: str) -> S3Storage:
+    """`s3://bucket` or `s3://bucket/prefix`; the client comes from boto3's environment."""
+    if not url.startswith("s3://"):
+        raise InvalidArgumentError(f"invalid S3 URL {url!r}: expected s3://bucket[/prefix]")
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    return S3Storage(bucket, prefix)
