@@ -7,7 +7,9 @@ moves the machine, `koto rewind` goes back without losing the audit trail. Each 
 kassette journal in a kassette storage (local files, or S3 with compare-and-swap), so
 `kassette dump` and `kassette.explore` read it too. See docs/koto.md.
 
-The modules: `template` (compile), `engine` (sessions and the advance loop), `gates`,
-`context` (the content store), `sessions` (where sessions live), `config`, `export` (Mermaid
-and HTML) and `cli`. This package imports nothing at import time, to keep `koto` fast.
+Modules: `template` (the compiled template; `compile_template`), `compiler`, `checks` and
+`frontmatter` (source to compiled JSON, without PyYAML), `session` (a session's state folded
+from its journal; init, rewind, cancel, status), `engine` (`koto next`: the advance loop),
+`gates`, `context` (the content store), `store` (where sessions live: local or S3), `config`,
+`export` (Mermaid and HTML), `errors` and `cli`. Nothing is imported here, to keep `koto` fast.
 """

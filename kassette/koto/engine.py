@@ -189,15 +189,10 @@ class Ticker:
         assert self.run is not None
         view = self.view
         if to is not None:
-            offset = append(self.run, "directed_transition", **{"from": view.current, "to": to})
-            view.fold(
-                {"type": "directed_transition", "from": view.current, "to": to, "offset": offset}
-            )
+            view.fold(append(self.run, "directed_transition", **{"from": view.current, "to": to}))
             return self.respond(advanced=True, blocking=[])
         if evidence is not None:
-            append(self.run, "evidence_submitted", state=view.current, fields=evidence)
-            view.evidence.update(evidence)
-            view.has_evidence = True
+            view.fold(append(self.run, "evidence_submitted", state=view.current, fields=evidence))
         fresh = evidence is not None
         advanced = False
         left_without_evidence: set[str] = set()
@@ -217,11 +212,8 @@ class Ticker:
                         "without evidence",
                     )
                 left_without_evidence.add(view.current)
-            source = view.current
-            offset = append(
-                self.run, "transitioned", **{"from": source, "to": target, "when": when}
-            )
-            view.fold({"type": "transitioned", "from": source, "to": target, "offset": offset})
+            moved = {"from": view.current, "to": target, "when": when}
+            view.fold(append(self.run, "transitioned", **moved))
             advanced, fresh = True, False
         raise KotoError(
             "template_error", f"chain limit: more than {MAX_CHAIN} transitions in one call"
@@ -284,8 +276,7 @@ class Ticker:
         if "details" in state and (self.full or not view.delivered):
             response["details"] = substitute(state["details"], self.values)
             if self.run is not None:
-                append(self.run, "instructions_delivered", state=view.current)
-                view.delivered = True
+                view.fold(append(self.run, "instructions_delivered", state=view.current))
         return response
 
 

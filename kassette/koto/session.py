@@ -80,7 +80,6 @@ class SessionView:
         self.metadata = metadata
         self.template = template
         self.arrivals = [initial]
-        self.epoch = -1  # offset of the entry that arrived at the current state
         self.evidence: dict[str, Any] = {}
         self.has_evidence = False
         self.delivered = False  # the current state's details went out since it was arrived at
@@ -111,8 +110,7 @@ class SessionView:
                 self.arrivals = [target]
             else:
                 self.arrivals.append(target)
-            self.epoch = entry["offset"]
-            self.evidence, self.has_evidence = {}, False
+            self.evidence, self.has_evidence = {}, False  # a new epoch
             if kind == "rewound" or source != target:  # a self-loop repeats no details
                 self.delivered = False
         elif kind == "evidence_submitted" and entry.get("state") == self.current:
@@ -230,13 +228,14 @@ def _lock_wait() -> float:
         return LOCK_WAIT_SECONDS
 
 
-def append(run: Run, kind: str, **fields: Any) -> int:
-    """Journal one koto entry in the run's session; returns its offset.
+def append(run: Run, kind: str, **fields: Any) -> dict[str, Any]:
+    """Journal one koto entry in the run's session; returns the entry as journaled.
 
-    Goes through the same fenced compare-and-swap append as every kassette entry.
+    Goes through the same fenced compare-and-swap append as every kassette entry (`Run` has no
+    public method for entry types of its users, hence the private call).
     """
     try:
-        return run._append(kind, fields)["offset"]  # type: ignore[no-any-return]
+        return run._append(kind, fields)
     except KassetteError as exc:
         raise _translate(exc, run.run_id) from exc
 
