@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import html
 import json
+import json.scanner
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from kassette.errors import (
     EventNameCollisionError,
@@ -26,6 +27,8 @@ from kassette.errors import (
 
 __all__ = [
     "TERMINAL_TYPES",
+    "Entries",
+    "EntryIndex",
     "ErrorInfo",
     "Journal",
     "RunStatus",
@@ -37,6 +40,7 @@ __all__ = [
 ]
 
 Entry = dict[str, Any]
+_T = TypeVar("_T")
 RunState = Literal["running", "suspended", "completed", "failed", "canceled"]
 
 TERMINAL_TYPES = frozenset({"complete", "error", "cancel"})
@@ -47,6 +51,11 @@ _REQUIRED_TEXT = {
     "suspend": ("eventId", "event"),
     "resume": ("eventId", "event"),
 }
+# what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds per
+# call; built once, as encoding is on every append's path
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# what json.loads runs once past its checks (its memo of keys is per call: safe to share)
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _STATUS_OF_TERMINAL: dict[str, RunState] = {
     "complete": "completed",
     "error": "failed",
@@ -80,7 +89,7 @@ def check_json(value: object, what: str) -> Any:
     too. Sets, bytes, arbitrary objects, NaN and infinities are refused.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
         text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
     except (TypeError, ValueError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from exc
@@ -89,9 +98,17 @@ def check_json(value: object, what: str) -> Any:
 
 def format_timestamp(epoch_seconds: float) -> str:
     """ISO 8601 UTC with milliseconds and `Z`, the journal's one timestamp format."""
+    global _last_second
     millis = round(epoch_seconds * 1000)  # not int(): 1.001 * 1000 is 1000.999...
     seconds, ms = divmod(millis, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ms:03d}Z"
+    cached_seconds, prefix = _last_second
+    if seconds != cached_seconds:  # strftime is most of the cost; appends come many a second
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _last_second = (seconds, prefix)
+    return f"{prefix}.{ms:03d}Z"
+
+
+_last_second: tuple[int, str] = (0, "1970-01-01T00:00:00")  # (epoch second, its text)
 
 
 def parse_timestamp(text: str) -> float:
@@ -103,9 +120,7 @@ def parse_timestamp(text: str) -> float:
 
 def encode(entry: Entry) -> bytes:
     """One entry as its journal line: compact JSON, UTF-8, `\\n`-terminated."""
-    return (
-        json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
-    ).encode()
+    return (_ENCODER.encode(entry) + "\n").encode()
 
 
 @dataclass(frozen=True)
@@ -166,6 +181,94 @@ class RunStatus:
         return f"<table>{rows}</table>"
 
 
+class Entries(Sequence[Entry]):
+    """A run's entries in offset order, decoded when read.
+
+    An entry parsed from a journal is kept as the position of its line in the journal's bytes
+    and decoded on each access: as dicts, a journal takes about five times its size on disk in
+    memory, and replay reads each entry once. Entries added live are kept as the dicts they are.
+    """
+
+    __slots__ = ("_data", "_items")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, data: bytes = b"") -> None:
+        self._data = data
+        self._items: list[Entry | int] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Entry]: ...
+    def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
+        if isinstance(index, slice):
+            return [self._decode(item) for item in self._items[index]]
+        return self._decode(self._items[index])
+
+    def __iter__(self) -> Iterator[Entry]:
+        for item in self._items:
+            yield self._decode(item)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Entries):
+            other = list(other)
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def _append(self, item: Entry | int) -> None:
+        self._items.append(item)
+
+    def _decode(self, item: Entry | int) -> Entry:
+        if type(item) is int:
+            data = self._data
+            return _decode_line(data[item : data.index(b"\n", item)])  # type: ignore[no-any-return]
+        return item  # type: ignore[return-value]
+
+
+class EntryIndex(Mapping[str, Entry]):
+    """Entries by step or event id, the first entry with each id; decoded when read."""
+
+    __slots__ = ("_entries", "_offsets")
+
+    def __init__(self, entries: Entries) -> None:
+        self._entries = entries
+        self._offsets: dict[str, int] = {}
+
+    def __getitem__(self, key: str) -> Entry:
+        return self._entries[self._offsets[key]]
+
+    @overload
+    def get(self, key: str, /) -> Entry | None: ...
+    @overload
+    def get(self, key: str, /, default: Entry | _T) -> Entry | _T: ...
+    def get(self, key: str, /, default: object = None) -> object:
+        offset = self._offsets.get(key)
+        if offset is None:
+            return default
+        entries = self._entries
+        return entries._decode(entries._items[offset])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._offsets
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._offsets)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+    def _add(self, key: str, offset: int) -> None:
+        self._offsets.setdefault(key, offset)
+
+
 @dataclass
 class Journal:
     """The entries of one run plus the indexes replay and status need, kept up to date by `add`.
@@ -175,23 +278,38 @@ class Journal:
     """
 
     run_id: str
-    entries: list[Entry] = field(default_factory=list)
-    steps: dict[str, Entry] = field(default_factory=dict)
-    suspends: dict[str, Entry] = field(default_factory=dict)
-    resumes: dict[str, Entry] = field(default_factory=dict)
+    entries: Entries = field(default_factory=Entries)
+    steps: EntryIndex = field(init=False)
+    suspends: EntryIndex = field(init=False)
+    resumes: EntryIndex = field(init=False)
     max_session: int = 0
     first_start: Entry | None = None
     version: str | None = None
     source: dict[str, Any] | None = None
     terminal: Entry | None = None
+    step_entries: int = 0
+
+    def __post_init__(self) -> None:
+        self.steps = EntryIndex(self.entries)
+        self.suspends = EntryIndex(self.entries)
+        self.resumes = EntryIndex(self.entries)
 
     @classmethod
     def parse(cls, data: bytes, run_id: str) -> Journal:
-        """Read a journal's bytes; a torn final line (no `\\n`) is ignored."""
-        journal = cls(run_id)
-        for number, line in enumerate(_complete_lines(data), start=1):
+        """Read a journal's bytes; a torn final line (no `\\n`) is ignored.
+
+        The journal keeps `data` and decodes its entries again when they are read (see
+        `Entries`), so it holds about the journal's size in memory, not five times that.
+        """
+        data = bytes(data)  # entries are decoded later: the bytes must not change under them
+        journal = cls(run_id, Entries(data))
+        start, end, number = 0, data.rfind(b"\n") + 1, 0
+        while start < end:
+            stop = data.index(b"\n", start)
+            line = data[start:stop]
+            number += 1
             try:
-                entry = json.loads(line)
+                entry = _decode_line(line)
             except ValueError:
                 entry = None
             if not isinstance(entry, dict):
@@ -201,7 +319,8 @@ class Journal:
                     run_id=run_id,
                     offset=len(journal.entries),
                 )
-            journal.add(entry, line_number=number)
+            journal._fold(entry, start, number)
+            start = stop + 1
         return journal
 
     @property
@@ -210,10 +329,14 @@ class Journal:
 
     def add(self, entry: Entry, *, line_number: int | None = None) -> None:
         """Check an entry's envelope and fold it into the indexes."""
+        self._fold(entry, entry, line_number)
+
+    def _fold(self, entry: Entry, item: Entry | int, line_number: int | None) -> None:
+        """`add` `entry`, kept in `entries` as `item`: itself, or its line's position."""
         expected = len(self.entries)
-        where = f"line {line_number if line_number is not None else expected + 1}"
         offset, session = entry.get("offset"), entry.get("session")
         if type(offset) is not int or offset != expected:
+            where = _line_label(line_number, expected)
             kind = (
                 "duplicate offset"
                 if isinstance(offset, int) and offset < expected
@@ -225,6 +348,7 @@ class Journal:
                 offset=expected,
             )
         if type(session) is not int or session < 1 or not isinstance(entry.get("type"), str):
+            where = _line_label(line_number, expected)
             raise JournalCorruptionError(
                 f"run {self.run_id}: {where} (offset {offset}) lacks a valid type or session",
                 run_id=self.run_id,
@@ -233,19 +357,22 @@ class Journal:
         kind = entry["type"]
         for key in _REQUIRED_TEXT.get(kind, ()):
             if not isinstance(entry.get(key), str):
+                where = _line_label(line_number, expected)
                 raise JournalCorruptionError(
                     f"run {self.run_id}: {kind} entry at {where} (offset {offset}) lacks {key!r}",
                     run_id=self.run_id,
                     offset=offset,
                 )
-        self.entries.append(entry)
-        self.max_session = max(self.max_session, session)
+        self.entries._append(item)
+        if session > self.max_session:
+            self.max_session = session
         if kind == "step":
-            self.steps.setdefault(entry["stepId"], entry)
+            self.steps._add(entry["stepId"], offset)
+            self.step_entries += 1
         elif kind == "suspend":
-            self.suspends.setdefault(entry["eventId"], entry)
+            self.suspends._add(entry["eventId"], offset)
         elif kind == "resume":
-            self.resumes.setdefault(entry["eventId"], entry)
+            self.resumes._add(entry["eventId"], offset)
         elif kind == "start":
             if self.first_start is None:
                 self.first_start = entry
@@ -301,7 +428,7 @@ class Journal:
             source=self.source,
             sessions=self.max_session,
             entries=len(self.entries),
-            steps=sum(1 for e in self.entries if e["type"] == "step"),
+            steps=self.step_entries,
             pending_events=self.pending_events,
             result=terminal.get("result") if terminal and terminal["type"] == "complete" else None,
             error=error,
@@ -310,11 +437,24 @@ class Journal:
         )
 
 
-def _complete_lines(data: bytes) -> Iterator[bytes]:
-    """Each `\\n`-terminated line, without its newline; a torn tail is not yielded."""
-    start = 0
-    end = data.rfind(b"\n") + 1
-    while start < end:
-        stop = data.index(b"\n", start)
-        yield data[start:stop]
-        start = stop + 1
+def _decode_line(line: bytes) -> Any:
+    """`json.loads(line)`, less its wrappers: a line that starts with `{"` is UTF-8 and its
+    value starts at once, so the C scanner can be called directly.
+
+    Every replayed entry is decoded twice (see `Entries`), so the saving counts.
+    """
+    if not line.startswith(b'{"'):
+        return json.loads(line)
+    text = line.decode("utf-8", "surrogatepass")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration as stop:  # the scanner's "no value here", as raw_decode reports it
+        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _line_label(line_number: int | None, offset: int) -> str:
+    """Where a bad entry is, for error messages (built only on the error path)."""
+    return f"line {line_number if line_number is not None else offset + 1}"

@@ -5,6 +5,8 @@ and `link(2)`ed into place, so creation (even of many lines, as a fork does) is 
 never overwrite a run. An append takes `flock` on the journal, checks that the file still ends
 where the caller's token says (a torn tail left by a crash is cut off), then makes one `write()`
 of the whole line and an `fsync`. Tokens are byte lengths of the journal's complete lines.
+While this process holds a run's lock, its journal stays open between appends (one open and
+close per session, not per append); flock and the size check are the same either way.
 
 `{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
 `link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
@@ -18,6 +20,7 @@ import fcntl
 import json
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,16 +39,19 @@ class LocalStorage:
 
     def __init__(self, path: str | os.PathLike[str] = ".kassette") -> None:
         self.path = Path(path)
+        self._open: dict[str, _OpenJournal] = {}  # runs this process holds the lock of
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.path)!r})"
 
-    def _journal(self, run_id: str) -> Path:
-        return self.path / f"{validate_run_id(run_id)}{_SUFFIX}"
+    def _journal(self, run_id: str) -> str:
+        # a str, not a Path: joining Paths costs more than the rest of an append's Python code
+        return f"{os.fspath(self.path)}{os.sep}{validate_run_id(run_id)}{_SUFFIX}"
 
     def read(self, run_id: str) -> Snapshot | None:
         try:
-            data = self._journal(run_id).read_bytes()
+            with open(self._journal(run_id), "rb") as file:
+                data = file.read()
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -63,7 +69,7 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"cannot append to run {run_id}: {exc}", run_id=run_id) from exc
 
-    def _create(self, run_id: str, path: Path, data: bytes) -> str:
+    def _create(self, run_id: str, path: str, data: bytes) -> str:
         self.path.mkdir(parents=True, exist_ok=True)
         temporary = self.path / f".{run_id}.{uuid.uuid4().hex}.tmp"
         try:
@@ -80,27 +86,23 @@ class LocalStorage:
         _fsync_directory(self.path)
         return str(len(data))
 
-    def _extend(self, run_id: str, path: Path, data: bytes, expected: int) -> str:
+    def _extend(self, run_id: str, path: str, data: bytes, expected: int) -> str:
+        journal = self._open.get(run_id)
+        if journal is not None and journal.pid == os.getpid():  # not in a forked child
+            with journal.mutex:
+                if self._open.get(run_id) is journal:  # the lock was not released meanwhile
+                    if journal.fd is None:
+                        journal.fd = _open_journal(run_id, path)
+                    try:
+                        return _append_locked(run_id, journal.fd, data, expected)
+                    except BaseException:
+                        journal.close()  # the next append opens the path again
+                        raise
+        fd = _open_journal(run_id, path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        except FileNotFoundError:
-            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            if size != expected:
-                tail = os.pread(fd, size - expected, expected) if size > expected else b"\n"
-                if b"\n" in tail:
-                    raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
-                os.ftruncate(fd, expected)  # a torn line from a crashed writer
-            written = os.write(fd, data)
-            if written != len(data):
-                os.ftruncate(fd, expected)
-                raise StorageError(f"short write to run {run_id}", run_id=run_id)
-            os.fsync(fd)
+            return _append_locked(run_id, fd, data, expected)
         finally:
             os.close(fd)
-        return str(expected + len(data))
 
     def list_runs(self) -> Iterator[str]:
         try:
@@ -123,9 +125,15 @@ class LocalStorage:
             self._acquire(run_id, path, content)
         except OSError as exc:
             raise StorageError(f"cannot lock run {run_id}: {exc}", run_id=run_id) from exc
+        journal = self._open[run_id] = _OpenJournal()
         try:
             yield
         finally:
+            if self._open.get(run_id) is journal:
+                del self._open[run_id]
+            if journal.pid == os.getpid():
+                with journal.mutex:
+                    journal.close()
             with contextlib.suppress(OSError):
                 if path.read_bytes() == content:
                     path.unlink()
@@ -154,6 +162,56 @@ class LocalStorage:
                 os.close(directory)
         finally:
             temporary.unlink(missing_ok=True)
+
+
+class _OpenJournal:
+    """A journal kept open while this process holds its run's lock.
+
+    flock excludes other open file descriptions, not threads sharing this one (say a
+    `cancel_run` in another thread), so `mutex` serialises this process's appends through it.
+    """
+
+    __slots__ = ("fd", "mutex", "pid")
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.mutex = threading.Lock()
+        self.pid = os.getpid()
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _open_journal(run_id: str, path: str) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_APPEND)
+    except FileNotFoundError:
+        raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from None
+
+
+def _append_locked(run_id: str, fd: int, data: bytes, expected: int) -> str:
+    """Append `data` under flock if the journal is `expected` bytes long (a torn tail aside)."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        status = os.fstat(fd)
+        if status.st_nlink == 0:  # removed or replaced since it was opened
+            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id)
+        size = status.st_size
+        if size != expected:
+            tail = os.pread(fd, size - expected, expected) if size > expected else b"\n"
+            if b"\n" in tail:
+                raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
+            os.ftruncate(fd, expected)  # a torn line from a crashed writer
+        written = os.write(fd, data)
+        if written != len(data):
+            os.ftruncate(fd, expected)
+            raise StorageError(f"short write to run {run_id}", run_id=run_id)
+        os.fsync(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return str(expected + len(data))
 
 
 def _try_link(source: Path, target: Path) -> bool:
