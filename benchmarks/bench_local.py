@@ -4,7 +4,8 @@ Three measures, each against a baseline measured in the same process run, interl
 repeated, so a shared, noisy machine moves both sides together and the ratio stays meaningful:
 
   step    per-step cost of `ctx.step` (a workflow of N live steps, ~1 KB JSON results) over a raw
-          `os.write` + `os.fsync` loop of the same encoded lines, on the same filesystem
+          `os.write` + `os.fsync` of the same encoded line to another file on the same
+          filesystem, the two interleaved step by step
   replay  per-entry cost of re-invoking a run whose journal has 1,000 steps and no terminal
           entry (`start(run_id=...)` replays everything, then completes) over `json.loads` of
           the same lines
