@@ -380,6 +380,8 @@ class Journal:
                 self.version = entry["version"]
             if entry.get("source") is not None:  # a fork of a fork copies its parent's link
                 self.source = entry["source"]
+                # the copied entries are the source's; the code continuing a fork is the fork's
+                self.version = entry.get("version")
         elif kind in TERMINAL_TYPES and self.terminal is None:
             self.terminal = entry
 
