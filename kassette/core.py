@@ -502,6 +502,22 @@ def _open_fork(
     )
 
 
+def _landed(storage: Storage, run_id: str, entries: list[Entry]) -> str | None:
+    """After an append reported failure: the new token if `entries` did land, else None.
+
+    An ambiguous failure (the write committed, its response was lost) must not make the caller
+    write the same entries again, nor give up on entries that are in the journal.
+    """
+    snapshot = storage.read(run_id)
+    if snapshot is None:
+        return None
+    current = Journal.parse(snapshot.data, run_id)
+    first = entries[0]["offset"]
+    if current.next_offset == first + len(entries) and current.entries[first:] == entries:
+        return snapshot.token
+    return None
+
+
 def cancel_run(storage: Storage, run_id: str, reason: str | None = None) -> RunStatus:
     """Append `cancel` in a new session (no lock: a live writer is fenced on its next append)."""
     for _ in range(_OPEN_ATTEMPTS):
@@ -521,6 +537,9 @@ def cancel_run(storage: Storage, run_id: str, reason: str | None = None) -> RunS
             storage.append(run_id, encode(entry), token=snapshot.token)
         except ConflictError:
             continue
+        except StorageError:
+            if _landed(storage, run_id, [entry]) is None:
+                raise
         journal.add(entry)
         return journal.status()
     raise StorageError(f"run {run_id}: cancel kept conflicting with other writers", run_id=run_id)
@@ -569,6 +588,11 @@ def _open_session(
             except ConflictError:
                 lock.__exit__(None, None, None)
                 continue
+            except StorageError:
+                landed = _landed(storage, run_id, [*prefix, start])
+                if landed is None:
+                    raise
+                token = landed
             journal.add(start)
             return Run(
                 storage,

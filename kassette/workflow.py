@@ -10,7 +10,6 @@ only the calling of user code differs.
 
 from __future__ import annotations
 
-import asyncio
 import html
 import inspect
 import json
@@ -100,6 +99,7 @@ def _attempts(retry: Retry | None) -> Iterator[tuple[int, float, bool]]:
 
 def _run_coroutine(awaitable: Awaitable[T]) -> T:
     """Await from blocking code, also where this thread already runs a loop (Jupyter)."""
+    import asyncio  # only workflows that await need it, and it costs ~50 ms to import
 
     async def wrapper() -> T:
         return await awaitable
@@ -309,6 +309,8 @@ class AsyncContext(_ContextBase):
                 return True, await value if inspect.isawaitable(value) else value
             except BaseException as exc:  # collected, re-raised by _gather
                 return False, exc
+
+        import asyncio  # already imported: an async workflow is running
 
         results = await asyncio.gather(*(run_branch(fn, ids) for fn, ids in scoped.values()))
         return _gather(dict(zip(scoped, results, strict=True)), self.run_id)

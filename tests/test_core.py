@@ -602,17 +602,18 @@ class FlakyStorage:
     """Delegates to MemoryStorage; the next `failures` appends to an existing run raise
     StorageError, after committing (an ambiguous timeout) when `commit` is set."""
 
-    def __init__(self, failures: int = 0, *, commit: bool = False) -> None:
+    def __init__(self, failures: int = 0, *, commit: bool = False, creates: bool = False) -> None:
         self.inner = MemoryStorage()
         self.failures = failures
         self.commit = commit
+        self.creates = creates  # creating a run fails too
         self.appends = 0
 
     def read(self, run_id: str) -> Snapshot | None:
         return self.inner.read(run_id)
 
     def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
-        if token is not None and self.failures > 0:
+        if (token is not None or self.creates) and self.failures > 0:
             self.appends += 1
             self.failures -= 1
             if self.commit:
@@ -708,3 +709,30 @@ def test_a_suspend_for_another_event_is_a_replay_mismatch(storage: Storage) -> N
         with pytest.raises(ReplayMismatchError) as caught:
             run.wait_for_event("approval", event_id="checkout/pay")
         assert caught.value.step_id == "checkout/pay" and caught.value.offset == 1
+
+
+def test_a_create_that_landed_but_failed_opens_the_session() -> None:
+    storage = FlakyStorage(1, commit=True, creates=True)
+    with open_run(storage, "r1", metadata={"q": 1}) as run:
+        assert run.record("a", lambda: 1) == 1
+    journal = read_journal(storage, "r1")
+    assert [(e["type"], e["session"]) for e in journal.entries] == [("start", 1), ("step", 1)]
+
+
+def test_a_create_that_failed_without_landing_raises_and_writes_nothing() -> None:
+    storage = FlakyStorage(1, commit=False, creates=True)
+    with pytest.raises(StorageError):
+        open_run(storage, "r1")
+    assert storage.read("r1") is None
+    with open_run(storage, "r1"):  # the lock was released: a redelivery succeeds
+        pass
+
+
+def test_a_cancel_that_landed_but_failed_reports_canceled() -> None:
+    storage = FlakyStorage()
+    with open_run(storage, "r1") as run:
+        run.record("a", lambda: 1)
+    storage.failures, storage.commit = 1, True
+    assert cancel_run(storage, "r1", "stop").status == "canceled"
+    assert [e["type"] for e in read_journal(storage, "r1").entries][-1] == "cancel"
+    assert len(read_journal(storage, "r1").entries) == 3
