@@ -36,6 +36,7 @@ from kassette.errors import (
     VersionMismatchError,
 )
 from kassette.journal import (
+    KNOWN_TYPES,
     Entry,
     Journal,
     RunStatus,
@@ -63,6 +64,7 @@ StepKind = Literal["step", "sleep", "parallel"]
 _APPEND_ATTEMPTS = 5
 _OPEN_ATTEMPTS = 20
 _UNSET: Any = object()
+_ENVELOPE = frozenset({"type", "session", "offset", "timestamp"})
 
 
 class StepIds:
@@ -294,6 +296,23 @@ class Run:
                     "resume", {"eventId": event_id, "event": suspend["event"], "value": value}
                 )
             return event_id
+
+    def append_entry(self, entry_type: str, fields: dict[str, Any]) -> Entry:
+        """Journal an entry of a type of your own (koto's transitions, say) in this session.
+
+        Readers that do not know the type skip it, so the run's status is unaffected. The
+        envelope keys and kassette's own entry types are refused. Returns the entry as written.
+        """
+        if not isinstance(entry_type, str) or not entry_type or entry_type in KNOWN_TYPES:
+            raise InvalidArgumentError(
+                f"entry type {entry_type!r} is empty or one of kassette's own", run_id=self.run_id
+            )
+        reserved = _ENVELOPE.intersection(fields)
+        if reserved:
+            raise InvalidArgumentError(
+                f"fields {sorted(reserved)} are the envelope's, set by kassette", run_id=self.run_id
+            )
+        return self._append(entry_type, check_json(fields, f"{entry_type} entry"))
 
     def complete(self, result: Any) -> Any:
         """End the run successfully with `result` (returned as replay will see it)."""

@@ -736,3 +736,16 @@ def test_a_cancel_that_landed_but_failed_reports_canceled() -> None:
     assert cancel_run(storage, "r1", "stop").status == "canceled"
     assert [e["type"] for e in read_journal(storage, "r1").entries][-1] == "cancel"
     assert len(read_journal(storage, "r1").entries) == 3
+
+
+def test_append_entry_journals_a_type_of_its_own_that_status_skips() -> None:
+    storage = MemoryStorage()
+    with open_run(storage, "r1") as run:
+        entry = run.append_entry("transitioned", {"to": "review", "why": ("a", "b")})
+        assert entry["why"] == ["a", "b"] and entry["offset"] == 1
+        for bad_type, fields in [("step", {}), ("", {}), ("note", {"offset": 9})]:
+            with pytest.raises(InvalidArgumentError):
+                run.append_entry(bad_type, fields)
+    journal = read_journal(storage, "r1")
+    assert [e["type"] for e in journal.entries] == ["start", "transitioned"]
+    assert journal.status().status == "running"

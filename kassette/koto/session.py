@@ -231,11 +231,10 @@ def _lock_wait() -> float:
 def append(run: Run, kind: str, **fields: Any) -> dict[str, Any]:
     """Journal one koto entry in the run's session; returns the entry as journaled.
 
-    Goes through the same fenced compare-and-swap append as every kassette entry (`Run` has no
-    public method for entry types of its users, hence the private call).
+    Goes through the same fenced compare-and-swap append as every kassette entry.
     """
     try:
-        return run._append(kind, fields)
+        return run.append_entry(kind, fields)
     except KassetteError as exc:
         raise _translate(exc, run.run_id) from exc
 
