@@ -142,14 +142,156 @@ def check_dispatcher(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def check_agent_loop(tmp_path: Path) -> None:
+    directory = tmp_path / "journals"
+    output = run_example("agent_loop.py", tmp_path, "--dir", str(directory))
+    assert f"(exit -{int(signal.SIGKILL)})" in output
+    assert "journaled: think, search, think#2, search#2; status running" in output
+
+    journal = read_journal(LocalStorage(directory), "ask-1")
+    assert journal.status().status == "completed"
+    assert journal.terminal is not None
+    assert journal.terminal["result"] == {"answer": "About 1,395,326 people.", "turns": 4}
+    steps = [(e["session"], e["stepId"]) for e in journal.entries if e["type"] == "step"]
+    assert steps == [
+        (1, "think"), (1, "search"), (1, "think#2"), (1, "search#2"),
+        (2, "think#3"), (2, "calculate"), (2, "think#4"),
+    ]  # fmt: skip
+    # the calls log is the proof: nothing journaled by worker 1 was called again by worker 2
+    calls = Counter((directory / ".agent-calls.log").read_text().splitlines())
+    assert calls == Counter(
+        {"model turn-1": 1, "model turn-2": 1, "model turn-3": 2, "model turn-4": 1,
+         "tool search": 2, "tool calculate": 1}
+    )  # fmt: skip
+    assert "ran live: think#3, calculate, think#4" in output
+
+
+def check_loan_underwriting(tmp_path: Path) -> None:
+    lines = run_example("loan_underwriting.py", tmp_path).splitlines()
+    assert lines[0] == (
+        "start      suspended, waiting for checks/credit/credit-review, "
+        "checks/appraisal/appraisal-review"
+    )
+    assert lines[1] == "credit ok  suspended, waiting for checks/appraisal/appraisal-review"
+    assert lines[2] == (
+        "appraised  success: {'approved': True, 'ltv': 0.877, 'reviewers': ['grace', 'linus']}"
+    )
+    # the fork replays both reviews and the analysis; only the decision runs again
+    assert lines[3] == (
+        "fork       loan-1-policy-2026 from offset 10: success: "
+        "{'approved': False, 'ltv': 0.877, 'reviewers': ['grace', 'linus']}"
+    )
+    assert lines[4] == "calls      appraisal x1, credit-report x1, decide x2"
+    assert list(tmp_path.iterdir()) == []
+
+
+def check_deploy_assistant(tmp_path: Path) -> None:
+    directory = tmp_path / "journals"
+    lines = run_example("deploy_assistant.py", tmp_path, "--dir", str(directory)).splitlines()
+    webhooks = [line for line in lines if line.startswith("webhook")]
+    assert [line.split(" -> ")[1].split()[:2] for line in webhooks] == [
+        ["200", "suspended"], ["200", "suspended"], ["404", "run"], ["200", "success"],
+        ["200", "success"], ["409", "run"],
+    ]  # fmt: skip
+    assert "webhook deploy-9 clarify" in webhooks[2]
+    assert "CI jobs dispatched: [('checkout', '7.0.3')]" in lines
+
+    storage = LocalStorage(directory)
+    assert sorted(storage.list_runs()) == ["deploy-1", "deploy-2"], "the 404 wrote nothing"
+    assert not list(directory.glob("deploy-9*"))
+    first, second = read_journal(storage, "deploy-1"), read_journal(storage, "deploy-2")
+    # each webhook resumed the run it named, with its own value
+    assert first.resumes["clarify"]["value"] == {"text": "7.0.3"}
+    assert second.resumes["clarify"]["value"] == {"text": "2.4.1"}
+    assert first.resumes["prod-approval"]["value"]["by"] == "sam"
+    assert second.resumes["prod-approval"]["value"]["by"] == "kim"
+    assert first.status().result == {
+        "deployed": True, "job": "job-1", "state": "checkout 7.0.3 live",
+    }  # fmt: skip
+    assert second.status().result == {"deployed": False, "rejected by": "kim"}
+    assert first.steps["sleep"]["kind"] == "sleep"
+    assert list(first.steps) == ["understand", "ask", "ask-approval", "dispatch", "sleep", "verify"]
+    assert "dispatch" not in second.steps
+    assert first.max_session == 3  # start, clarify, approval: the duplicate wrote nothing
+
+
+def check_coding_agent(tmp_path: Path) -> None:
+    lines = run_example("coding_agent.py", tmp_path).splitlines()
+    assert [line.split()[:3] for line in lines[:3]] == [
+        ["task-1", "regex", "passed=False"],
+        ["task-1-alt-1", "split-on-letters", "passed=False"],
+        ["task-1-replan", "tokenizer", "passed=True"],
+    ]
+    # three implementations, but the first plan was asked for once (the replan is the second)
+    assert lines[3].split(None, 1)[1] == "implement x3, plan x2, run-tests x3"
+    assert lines[4:] == [
+        "task-1 (completed)",
+        "├── task-1-replan (completed, from offset 1)",
+        "└── task-1-alt-1 (completed, from offset 2)",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def check_queue_worker(tmp_path: Path) -> None:
+    lines = run_example("queue_worker.py", tmp_path).splitlines()
+    assert lines[0].startswith(f"parent    worker-1 exited with -{int(signal.SIGKILL)}")
+    handled = [re.match(r"worker-2  delivery (\d+)  (.+?) +-> (\S+) +(.*)", x) for x in lines]
+    decisions = [(m.group(2), int(m.group(1)), m.group(3), m.group(4)) for m in handled if m]
+    by_message: dict[str, list[tuple[int, str, str]]] = {}
+    for label, delivery, decision, why in decisions:
+        by_message.setdefault(label, []).append((delivery, decision, why))
+    # the killed worker's message came back once, after its visibility timeout, and was acked
+    assert by_message["start report-1"] == [(2, "ack", "suspended")]
+    approvals = by_message["publish-approval report-1"]
+    assert approvals[-1][1:] == ("ack", "success")
+    assert all(d[1:] == ("redeliver", "EventNotPendingError") for d in approvals[:-1])
+    assert [d for d, _, _ in approvals] == list(range(1, len(approvals) + 1))
+    assert by_message["start report-2"] == [(1, "ack", "failed")]
+    assert by_message["publish-approval report-9"] == [(1, "dead-letter", "RunNotFoundError")]
+    [(_, decision, why)] = by_message["(malformed)"]
+    assert decision == "dead-letter"
+    assert why.startswith("malformed message body \"{'run_id': 'report-3'\": Expecting")
+
+    assert "parent    report-1: completed" in lines[-7]
+    assert lines[-6].startswith('parent    report-2: failed {"name": "ValueError"')
+    assert "parent    report-9 was never created: True" in lines
+    assert "parent    dead-letter queue: 2 message(s)" in lines
+    assert lines[-1] == "parent    tool calls: publish x1, read x1, search x1, summarize x2"
+
+
+def check_serverless_handler(tmp_path: Path) -> None:
+    lines = run_example("serverless_handler.py", tmp_path).splitlines()
+    first = re.fullmatch(
+        r"invocation 1, pid (\d+): suspended, waiting for \['manager-approval'\]", lines[0]
+    )
+    second = re.fullmatch(r"invocation 2, pid (\d+): success", lines[1])
+    assert first is not None and second is not None
+    one, two = first.group(1), second.group(1)
+    assert one != two
+    assert lines[2] == "  result: 182.4 travel, filed by noor"
+    # the second process replayed the first one's steps from S3 and ran only the last step
+    assert lines[3] == f"  steps: extract in pid {one}, classify in pid {one}, file in pid {two}"
+    assert lines[4].endswith("expenses/claim-77/journal.jsonl: 8 entries")
+    assert lines[5] == "  sessions: [1, 2] (one per invocation)"
+    assert list(tmp_path.iterdir()) == []
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "quickstart.py": check_quickstart,
     "demo.py": check_demo,
     "dispatcher.py": check_dispatcher,
+    "agent_loop.py": check_agent_loop,
+    "loan_underwriting.py": check_loan_underwriting,
+    "deploy_assistant.py": check_deploy_assistant,
+    "coding_agent.py": check_coding_agent,
+    "queue_worker.py": check_queue_worker,
+    "serverless_handler.py": check_serverless_handler,
 }
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py")))
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
+)
 def test_example(name: str, tmp_path: Path) -> None:
     assert name in CHECKS, f"examples/{name} has no check in tests/test_examples.py"
     CHECKS[name](tmp_path)
