@@ -5,9 +5,10 @@ redelivery is the crash detector.
 
 Offline: moto's server on 127.0.0.1 plays SQS and S3 (see _local_aws.py). A message names a
 run (`{"run_id", "input"}` to start or retry it, `{"run_id", "event", "value"}` to resume it).
-A worker receives it, invokes the run through `dispatch` (examples/dispatcher.py, the table of
-docs/wiring-dispatcher.md) and acks it (deletes it), redelivers it (makes it visible again
-after a second) or dead-letters it (moves it to the dead-letter queue).
+A worker receives it, invokes the run through `dispatch` (examples/dispatcher.py; the table is
+in docs/errors-and-dispatching.md, the wiring in docs/wiring-dispatcher.md) and acks it
+(deletes it), redelivers it (makes it visible again after a second) or dead-letters it (moves
+it to the dead-letter queue).
 
 worker-1 is SIGKILLed in the middle of a run. It never deletes the message, so SQS delivers it
 again when its visibility timeout (2 s) expires; worker-2 receives it, replays the journaled

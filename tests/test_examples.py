@@ -276,6 +276,20 @@ def check_serverless_handler(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def check_openai_agent(tmp_path: Path) -> None:
+    lines = run_example("openai_agent.py", tmp_path).splitlines()
+    assert lines == [
+        f"worker 1: SIGKILLed after the draft (exit -{int(signal.SIGKILL)})",
+        "          the model answered 2 requests",
+        "worker 2: success; journaled: chat.completions.create (session 1), "
+        "chat.completions.create#2 (session 1)",
+        "          the model answered 2 requests in all",  # the replay sent none
+        "plan:  (answer 1) PLAN A NOTE ON DURABLE AGENTS.",
+        "draft: (answer 2) WRITE IT: (ANSWER 1) PLAN A NOTE ON DURABLE AGENTS.",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "quickstart.py": check_quickstart,
     "demo.py": check_demo,
@@ -286,6 +300,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "coding_agent.py": check_coding_agent,
     "queue_worker.py": check_queue_worker,
     "serverless_handler.py": check_serverless_handler,
+    "openai_agent.py": check_openai_agent,
 }
 
 
