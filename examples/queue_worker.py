@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dispatcher import ACK, DEAD_LETTER, REDELIVER, dispatch
+from dispatcher import DEAD_LETTER, REDELIVER, dispatch
 
 from kassette import kassette, open_storage
 from kassette.core import run_status
@@ -61,71 +61,61 @@ def make_workflow(storage, calls_log, crash_during=None):
     return research
 
 
-class Worker:
-    """Receives messages one at a time and does what `dispatch` decides with each."""
-
-    def __init__(self, name, queues, calls_log, crash_during):
-        import boto3
-
-        self.name = name
-        self.sqs = boto3.client("sqs")
-        self.queue, self.dead_letters = queues
-        storage = open_storage(f"s3://{BUCKET}/{PREFIX}")
-        self.research = make_workflow(storage, calls_log, crash_during)
-
-    def log(self, line):
-        print(f"{self.name}  {line}", flush=True)
-
-    def run(self):
-        deadline = time.monotonic() + WORKER_SECONDS
-        while time.monotonic() < deadline:
-            received = self.sqs.receive_message(
-                QueueUrl=self.queue,
-                MaxNumberOfMessages=1,
-                WaitTimeSeconds=1,
-                MessageSystemAttributeNames=["ApproximateReceiveCount"],
-            ).get("Messages", [])
-            if received:
-                self.handle(received[0])
-            elif self.queue_is_empty():
-                return
-
-    def queue_is_empty(self):
-        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-        counts = self.sqs.get_queue_attributes(QueueUrl=self.queue, AttributeNames=names)
-        return all(counts["Attributes"][name] == "0" for name in names)
-
-    def handle(self, message):
-        receipt = message["ReceiptHandle"]
-        delivery = message["Attributes"]["ApproximateReceiveCount"]
-        try:
-            body = json.loads(message["Body"])
-            if not isinstance(body, dict) or not isinstance(body.get("run_id"), str):
-                raise ValueError('expected a JSON object with a string "run_id"')
-        except ValueError as exc:
-            reason = f"malformed message body {message['Body']!r}: {exc}"
-            self.log(f"delivery {delivery}  {'(malformed)':<25} -> {DEAD_LETTER:<11} {reason}")
-            return self.dead_letter(message, receipt, reason)
+def handle(sqs, queues, workflow, message, log):
+    """Invoke the run a message names, then ack, redeliver or dead-letter the message."""
+    queue, dead_letters = queues
+    receipt = message["ReceiptHandle"]
+    delivery = message["Attributes"]["ApproximateReceiveCount"]
+    try:
+        body = json.loads(message["Body"])
+        if not isinstance(body, dict) or not isinstance(body.get("run_id"), str):
+            raise ValueError('expected a JSON object with a string "run_id"')
+    except ValueError as exc:
+        label, decision = "(malformed)", DEAD_LETTER
+        why = f"malformed message body {message['Body']!r}: {exc}"
+    else:
         label = f"{body.get('event') or 'start'} {body['run_id']}"
-        decision, why = dispatch(self.research, body)
-        self.log(f"delivery {delivery}  {label:<25} -> {decision:<11} {why}")
-        if decision == ACK:
-            self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=receipt)
-        elif decision == REDELIVER:
-            self.sqs.change_message_visibility(
-                QueueUrl=self.queue, ReceiptHandle=receipt, VisibilityTimeout=1
-            )
-        else:
-            assert decision == DEAD_LETTER
-            self.dead_letter(message, receipt, f"{label}: {why}")
-
-    def dead_letter(self, message, receipt, reason):
-        self.sqs.send_message(
-            QueueUrl=self.dead_letters,
-            MessageBody=message["Body"],
-            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason}},
+        decision, why = dispatch(workflow, body)
+    log(f"delivery {delivery}  {label:<25} -> {decision:<11} {why}")
+    if decision == REDELIVER:  # visible again in a second; a max receive count would bound it
+        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=receipt, VisibilityTimeout=1)
+        return
+    if decision == DEAD_LETTER:
+        reason = {"DataType": "String", "StringValue": f"{label}: {why}"}
+        attributes = {"reason": reason}
+        sqs.send_message(
+            QueueUrl=dead_letters, MessageBody=message["Body"], MessageAttributes=attributes
         )
-        self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=receipt)
+    sqs.delete_message(QueueUrl=queue, ReceiptHandle=receipt)  # ack: never delivered again
+
+
+def work(name, queues, workflow):
+    """Receive messages one at a time until the queue is empty (or WORKER_SECONDS pass)."""
+    import boto3
+
+    sqs = boto3.client("sqs")
+
+    def log(line):
+        print(f"{name}  {line}", flush=True)
+
+    deadline = time.monotonic() + WORKER_SECONDS
+    while time.monotonic() < deadline:
+        received = sqs.receive_message(
+            QueueUrl=queues[0],
+            MaxNumberOfMessages=1,
+            WaitTimeSeconds=1,
+            MessageSystemAttributeNames=["ApproximateReceiveCount"],
+        ).get("Messages", [])
+        if received:
+            handle(sqs, queues, workflow, received[0], log)
+        elif queue_is_empty(sqs, queues[0]):
+            return
+
+
+def queue_is_empty(sqs, queue):
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    counts = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=names)["Attributes"]
+    return all(counts[name] == "0" for name in names)
 
 
 def run_worker(name, queues, calls_log, crash_during=None):
@@ -134,6 +124,7 @@ def run_worker(name, queues, calls_log, crash_during=None):
     command += ["--calls-log", str(calls_log)]
     if crash_during:
         command += ["--crash-during", crash_during]
+    sys.stdout.flush()  # the worker writes to the same stdout
     return subprocess.run(command, timeout=WORKER_SECONDS + 60).returncode
 
 
@@ -185,7 +176,8 @@ def main():
     parser.add_argument("--crash-during", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        Worker(args.worker, args.queues, args.calls_log, args.crash_during).run()
+        storage = open_storage(f"s3://{BUCKET}/{PREFIX}")
+        work(args.worker, args.queues, make_workflow(storage, args.calls_log, args.crash_during))
         return
 
     import _local_aws
