@@ -1,9 +1,10 @@
 """The documentation cannot drift from the code.
 
-Every ```python block in README.md and docs/*.md either appears verbatim in a file under
-examples/ (which tests/test_examples.py runs and checks) or is a complete program that runs in
-an empty directory. A block fenced as ```<lang> output right after a python block is that
-program's exact stdout (durations, which differ run to run, excepted). Relative links resolve.
+Every ```python block in README.md, docs/*.md and examples/README.md either appears verbatim in
+a file under examples/ (which tests/test_examples.py runs and checks) or is a complete program
+that runs in an empty directory. A block fenced as ```<lang> output right after a python block
+is that program's exact stdout (durations, which differ run to run, excepted). Relative links
+resolve.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "examples" / "README.md",
+]
 EXAMPLES = {path: path.read_text() for path in sorted((ROOT / "examples").glob("*.py"))}
 _FENCE = re.compile(r"^(\s*)(`{3,})(.*)$")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -134,3 +139,11 @@ def test_relative_links_resolve(document: Path) -> None:
             continue
         path = (document.parent / target.split("#")[0]).resolve()
         assert path.exists(), f"{document.name} links to missing {target}"
+
+
+def test_the_reference_names_every_public_name() -> None:
+    import kassette
+
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    missing = [n for n in kassette.__all__ if not re.search(rf"`{re.escape(n)}[`(]", reference)]
+    assert missing == [], f"docs/reference.md does not mention {missing}"
