@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -46,6 +45,9 @@ from kassette.journal import (
     parse_timestamp,
     validate_name,
     validate_run_id,
+)
+from kassette.journal import (
+    new_run_id as fresh_run_id,
 )
 from kassette.storage import Storage
 
@@ -322,6 +324,8 @@ class Run:
 
     def fail(self, exc: BaseException) -> None:
         """End the run as failed, journaling the error's type, message and traceback."""
+        import traceback  # only failing runs need it
+
         error = {
             "name": type(exc).__name__,
             "message": str(exc),
@@ -511,10 +515,8 @@ def _open_fork(
     version: str | None,
     clock: Clock,
 ) -> Run:
-    import uuid
-
     validate_run_id(source_run_id)
-    new_run_id = validate_run_id(new_run_id) if new_run_id is not None else uuid.uuid4().hex
+    new_run_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
     fork = _plan_fork(storage, source_run_id, offset, step)
     return _open_session(
         storage, new_run_id, metadata=_UNSET, version=version, clock=clock, fork=fork

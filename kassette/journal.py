@@ -9,7 +9,6 @@ crash mid-write), and raise `JournalCorruptionError` for anything else they cann
 
 from __future__ import annotations
 
-import html
 import json
 import json.scanner
 import re
@@ -118,6 +117,25 @@ def parse_timestamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def new_run_id() -> str:
+    """A fresh run id: a uuid4 in hex."""
+    import uuid  # imported when first needed, to keep `import kassette` light
+
+    return uuid.uuid4().hex
+
+
+def html_table(fields: dict[str, Any]) -> str:
+    """Field names and their JSON values as a two-column HTML table (for Jupyter)."""
+    import html
+
+    rows = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(key)}</th>"
+        f"<td style='text-align:left'>{html.escape(json.dumps(value, default=str))}</td></tr>"
+        for key, value in fields.items()
+    )
+    return f"<table>{rows}</table>"
+
+
 def encode(entry: Entry) -> bytes:
     """One entry as its journal line: compact JSON, UTF-8, `\\n`-terminated."""
     return (_ENCODER.encode(entry) + "\n").encode()
@@ -173,12 +191,7 @@ class RunStatus:
         }
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(key)}</th>"
-            f"<td style='text-align:left'>{html.escape(json.dumps(value, default=str))}</td></tr>"
-            for key, value in self.to_dict().items()
-        )
-        return f"<table>{rows}</table>"
+        return html_table(self.to_dict())
 
 
 class Entries(Sequence[Entry]):

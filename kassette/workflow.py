@@ -10,13 +10,9 @@ only the calling of user code differs.
 
 from __future__ import annotations
 
-import html
 import inspect
-import json
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -44,6 +40,8 @@ from kassette.journal import (
     RunStatus,
     check_json,
     format_timestamp,
+    html_table,
+    new_run_id,
     parse_timestamp,
     validate_name,
 )
@@ -81,12 +79,7 @@ class RunResult:
             "events": list(self.events),
             "error": self.error.to_dict() if self.error else None,
         }
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{key}</th>"
-            f"<td style='text-align:left'>{html.escape(json.dumps(value, default=str))}</td></tr>"
-            for key, value in fields.items()
-        )
-        return f"<table>{rows}</table>"
+        return html_table(fields)
 
 
 def _attempts(retry: Retry | None) -> Iterator[tuple[int, float, bool]]:
@@ -108,6 +101,8 @@ def _run_coroutine(awaitable: Awaitable[T]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(wrapper())
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, wrapper()).result()
 
@@ -256,6 +251,8 @@ class Context(_ContextBase):
             except BaseException as exc:  # collected, re-raised by _gather
                 return False, exc
 
+        from concurrent.futures import ThreadPoolExecutor  # parallel blocks only
+
         with ThreadPoolExecutor(max_workers=len(scoped)) as pool:
             futures = {b: pool.submit(run_branch, fn, ids) for b, (fn, ids) in scoped.items()}
             outcomes = {b: future.result() for b, future in futures.items()}
@@ -337,7 +334,7 @@ class _Engine(Generic[I, R]):
         return f"<{type(self).__name__} {self.fn.__qualname__} on {self.storage!r}>"
 
     def _open_start(self, input: Any, run_id: str | None) -> Run:
-        run_id = run_id if run_id is not None else uuid.uuid4().hex
+        run_id = run_id if run_id is not None else new_run_id()
         return open_run(
             self.storage,
             run_id,

@@ -19,9 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,7 +69,7 @@ class LocalStorage:
 
     def _create(self, run_id: str, path: str, data: bytes) -> str:
         self.path.mkdir(parents=True, exist_ok=True)
-        temporary = self.path / f".{run_id}.{uuid.uuid4().hex}.tmp"
+        temporary = self.path / f".{run_id}.{os.urandom(8).hex()}.tmp"
         try:
             with open(temporary, "wb") as file:
                 file.write(data)
@@ -118,9 +116,7 @@ class LocalStorage:
     @contextlib.contextmanager
     def lock(self, run_id: str, session: int) -> Iterator[None]:
         path = self.path / f"{validate_run_id(run_id)}.lock"
-        content = json.dumps(
-            {"pid": os.getpid(), "host": socket.gethostname(), "session": session}
-        ).encode()
+        content = json.dumps({"pid": os.getpid(), "host": _host(), "session": session}).encode()
         try:
             self._acquire(run_id, path, content)
         except OSError as exc:
@@ -140,7 +136,7 @@ class LocalStorage:
 
     def _acquire(self, run_id: str, path: Path, content: bytes) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        temporary = self.path / f".{run_id}.{uuid.uuid4().hex}.lock.tmp"
+        temporary = self.path / f".{run_id}.{os.urandom(8).hex()}.lock.tmp"
         temporary.write_bytes(content)
         try:
             if _try_link(temporary, path):
@@ -237,7 +233,7 @@ def _is_alive(holder: dict[str, object]) -> bool:
     pid = holder.get("pid")
     if not isinstance(pid, int):
         return False
-    if holder.get("host") != socket.gethostname():
+    if holder.get("host") != _host():
         return True
     try:
         os.kill(pid, 0)
@@ -250,6 +246,11 @@ def _is_alive(holder: dict[str, object]) -> bool:
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
+
+
+def _host() -> str:
+    """This host's name, as `socket.gethostname()` gives it (without importing socket)."""
+    return os.uname().nodename
 
 
 def _fsync_directory(path: Path) -> None:
