@@ -116,7 +116,11 @@ class LocalStorage:
     @contextlib.contextmanager
     def lock(self, run_id: str, session: int) -> Iterator[None]:
         path = self.path / f"{validate_run_id(run_id)}.lock"
-        content = json.dumps({"pid": os.getpid(), "host": _host(), "session": session}).encode()
+        holder = {"pid": os.getpid(), "host": _host(), "session": session}
+        started = _process_start(os.getpid())
+        if started is not None:
+            holder["started"] = started
+        content = json.dumps(holder).encode()
         try:
             self._acquire(run_id, path, content)
         except OSError as exc:
@@ -241,11 +245,28 @@ def _is_alive(holder: dict[str, object]) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a killed child its parent has not reaped yet is dead too
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True  # no /proc to ask: trust the pid
+    if stat[0] in ("Z", "X"):  # killed, but its parent has not reaped it yet
+        return False
+    started = holder.get("started")  # a reused pid belongs to a process started later
+    return not isinstance(started, int) or int(stat[19]) == started
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields if len(fields) > 19 else None
+
+
+def _process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (with the pid, a unique name)."""
+    stat = _proc_stat(pid)
+    return int(stat[19]) if stat is not None else None
 
 
 def _host() -> str:

@@ -172,7 +172,13 @@ def test_lockfile_holds_pid_host_and_session(storage: LocalStorage, root: Path) 
         pass
     with open_run(storage, "r1") as run:
         holder = json.loads(lockfile(root).read_text())
-        assert holder == {"pid": os.getpid(), "host": socket.gethostname(), "session": 2}
+        started = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        assert holder == {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "session": 2,
+            "started": started,
+        }
         assert run.session == 2
     assert not lockfile(root).exists()
 
@@ -309,3 +315,20 @@ def test_open_storage_s3_without_boto3_names_the_extra(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now raises ImportError
     with pytest.raises(ImportError, match=r'pip install "kassette\[s3\]"'):
         open_storage("s3://my-bucket").read("r1")
+
+
+def test_a_lock_whose_pid_was_reused_by_a_later_process_is_reclaimed(
+    storage: LocalStorage, root: Path
+) -> None:
+    # this test process is alive, but it is not the holder that started at tick 1
+    root.mkdir(parents=True, exist_ok=True)
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "session": 1, "started": 1}
+    lockfile(root).write_text(json.dumps(holder))
+    with open_run(storage, "r1") as run:
+        assert json.loads(lockfile(root).read_text())["started"] != 1
+        assert run.session == 1
+
+
+def test_a_live_holder_with_its_start_time_keeps_the_lock(storage: LocalStorage) -> None:
+    with open_run(storage, "r1"), pytest.raises(RunLockedError):
+        open_run(storage, "r1")
