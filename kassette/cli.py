@@ -28,6 +28,7 @@ from kassette.errors import (
     StorageError,
 )
 from kassette.journal import Journal, validate_run_id
+from kassette.lineage import RunNode, build_forest, draw_tree, tree_lines
 from kassette.storage import Storage, open_storage
 
 __all__ = ["main"]
@@ -103,6 +104,7 @@ class _Listed:
     run_id: str
     status: str
     source: dict[str, Any] | None
+    steps: int
 
 
 def _listed_runs(storage: Storage) -> Iterator[_Listed]:
@@ -112,9 +114,9 @@ def _listed_runs(storage: Storage) -> Iterator[_Listed]:
         except RunNotFoundError:
             continue  # deleted between listing and reading
         except JournalCorruptionError:
-            yield _Listed(run_id, CORRUPT, None)
+            yield _Listed(run_id, CORRUPT, None, 0)
             continue
-        yield _Listed(run_id, status.status, status.source)
+        yield _Listed(run_id, status.status, status.source, status.steps)
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:
@@ -158,14 +160,15 @@ def _fork(storage: Storage, args: argparse.Namespace) -> None:
 
 def _tree(storage: Storage, args: argparse.Namespace) -> None:
     runs = {run.run_id: run for run in _listed_runs(storage)}
-    if args.run_id is None:
-        _write("".join(_lineage_lines(runs)).encode())
-        return
-    run_id = validate_run_id(args.run_id)
-    if run_id not in runs:
-        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-    root = _root_of(runs, run_id)
-    _write("".join(_lineage_lines(runs, roots=[root])).encode())
+    roots = build_forest(_node(run) for run in runs.values())
+    if args.run_id is not None:
+        run_id = validate_run_id(args.run_id)
+        if run_id not in runs:
+            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+        roots = tuple(
+            root for root in roots if any(node.run_id == run_id for _, node in tree_lines([root]))
+        )
+    _write(draw_tree(roots, lambda node: _label(runs[node.run_id], runs)).encode())
 
 
 def _cancel(storage: Storage, args: argparse.Namespace) -> None:
@@ -181,81 +184,29 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
 # -- fork lineage ----------------------------------------------------------------------------
 
 
-def _parent(run: _Listed, runs: dict[str, _Listed]) -> str | None:
-    parent = run.source.get("runId") if run.source else None
-    return parent if isinstance(parent, str) and parent in runs else None
-
-
-def _root_of(runs: dict[str, _Listed], run_id: str) -> str:
-    seen = {run_id}
-    parent = _parent(runs[run_id], runs)
-    while parent is not None and parent not in seen:
-        run_id = parent
-        seen.add(run_id)
-        parent = _parent(runs[run_id], runs)
-    return run_id
+def _node(run: _Listed) -> RunNode:
+    source = run.source or {}
+    parent, offset = source.get("runId"), source.get("fromOffset")
+    return RunNode(
+        run_id=run.run_id,
+        status=run.status,
+        parent_run_id=parent if isinstance(parent, str) else None,
+        fork_offset=offset if isinstance(offset, int) and not isinstance(offset, bool) else None,
+        steps=run.steps,
+    )
 
 
 def _label(run: _Listed, runs: dict[str, _Listed]) -> str:
+    """The run's line in `tree`: its status, and where a fork was cut from (or that its source
+    is gone). The source is shown as the journal records it."""
     if run.source is None:
         return f"{run.run_id} ({run.status})"
     offset, parent = run.source.get("fromOffset"), run.source.get("runId")
-    if _parent(run, runs) is None:
+    if not isinstance(parent, str) or parent not in runs:
         return (
             f"{run.run_id} ({run.status}, fork of {parent} at offset {offset}, {parent} not found)"
         )
     return f"{run.run_id} ({run.status}, from offset {offset})"
-
-
-def _lineage_lines(runs: dict[str, _Listed], roots: list[str] | None = None) -> Iterator[str]:
-    """The fork forest as text: one line per run, children indented under their source.
-
-    Without `roots`, every run whose source is absent or unknown starts a tree, in listing
-    order; runs caught in a cycle of sources (only a hand-edited journal can make one) start
-    trees of their own. Siblings are ordered by fork offset, then run id.
-    """
-    children: dict[str, list[str]] = {}
-    for run in runs.values():
-        parent = _parent(run, runs)
-        if parent is not None:
-            children.setdefault(parent, []).append(run.run_id)
-    for siblings in children.values():
-        siblings.sort(key=lambda run_id: (_fork_offset(runs[run_id]), run_id))
-    if roots is None:
-        roots = [run_id for run_id, run in runs.items() if _parent(run, runs) is None]
-        roots += [run_id for run_id in runs if run_id not in _descendants(roots, children)]
-    shown: set[str] = set()
-    for root in roots:
-        # (run, what precedes its label, what precedes its children's lines); depth-first.
-        stack = [(root, "", "")]
-        while stack:
-            run_id, lead, indent = stack.pop()
-            if run_id in shown:
-                continue
-            shown.add(run_id)
-            yield f"{lead}{_label(runs[run_id], runs)}\n"
-            below = children.get(run_id, [])
-            for index in reversed(range(len(below))):
-                if index == len(below) - 1:
-                    stack.append((below[index], indent + "└── ", indent + "    "))
-                else:
-                    stack.append((below[index], indent + "├── ", indent + "│   "))
-
-
-def _descendants(roots: list[str], children: dict[str, list[str]]) -> set[str]:
-    found: set[str] = set()
-    pending = list(roots)
-    while pending:
-        run_id = pending.pop()
-        if run_id not in found:
-            found.add(run_id)
-            pending.extend(children.get(run_id, []))
-    return found
-
-
-def _fork_offset(run: _Listed) -> int:
-    offset = run.source.get("fromOffset") if run.source else None
-    return offset if isinstance(offset, int) else -1
 
 
 # -- the parser ------------------------------------------------------------------------------

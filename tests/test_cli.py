@@ -355,6 +355,24 @@ def test_tree_draws_forks_and_forks_of_forks(cli: Cli) -> None:
     assert cli("tree", "other")[1] == b"other (suspended)\n"
 
 
+def test_tree_of_a_cycle_member_is_its_tree_in_the_whole_forest(cli: Cli) -> None:
+    """Only a hand-edited journal makes a cycle of sources: `a` and `b` name each other."""
+    for run_id, source, offset in (("a", "b", 5), ("b", "a", 0), ("c", "b", 1)):
+        start = (
+            '{"type":"start","session":1,"offset":0,"timestamp":"2026-01-01T00:00:00.000Z",'
+            f'"metadata":null,"source":{{"runId":"{source}","fromOffset":{offset}}}}}\n'
+        )
+        cli.storage.append(run_id, start.encode(), token=None)
+    whole = cli("tree")[1]
+    assert whole.decode() == (
+        "a (running, from offset 5)\n"
+        "└── b (running, from offset 0)\n"
+        "    └── c (running, from offset 1)\n"
+    )
+    for member in ("a", "b", "c"):
+        assert cli("tree", member)[1] == whole
+
+
 def test_tree_shows_a_corrupt_journal_as_its_own_root(cli: Cli) -> None:
     cli.directory.mkdir()
     (cli.directory / "mangled.jsonl").write_bytes(b"{}\n")

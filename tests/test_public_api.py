@@ -52,6 +52,7 @@ CORE_MODULES = [
     "kassette.core",
     "kassette.errors",
     "kassette.journal",
+    "kassette.lineage",
     "kassette.retry",
     "kassette.storage",
     "kassette.storage.local",

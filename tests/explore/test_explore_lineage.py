@@ -7,7 +7,9 @@ from conftest import Scenario
 
 from kassette import MemoryStorage, RunNotFoundError
 from kassette import explore as kx
+from kassette.explore import RunNode
 from kassette.journal import encode
+from kassette.lineage import build_forest
 
 
 def test_forest_structure(scenario: Scenario) -> None:
@@ -108,3 +110,12 @@ def test_html(scenario: Scenario) -> None:
 def test_empty() -> None:
     forest = kx.lineage(kx.load(MemoryStorage()))
     assert forest.roots == () and str(forest) == "" and repr(forest) == "<empty lineage>"
+
+
+def test_a_long_chain_of_forks_renders_as_html() -> None:
+    chain = [RunNode("r0", "completed", None, None, 1)] + [
+        RunNode(f"r{i}", "completed", f"r{i - 1}", i, 1) for i in range(1, 3000)
+    ]
+    page = kx.Lineage(build_forest(chain))._repr_html_()
+    assert page.count("<li>") == page.count("</li>") == 3000
+    assert page.count("<ul ") == page.count("</ul>") == 3000

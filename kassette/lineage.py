@@ -1,0 +1,113 @@
+"""Lineage: the fork forest of a set of runs, and the text tree that draws it.
+
+A fork's first session writes a `start` entry whose `source` names the run it was forked
+from and the offset it was cut at; that link makes every run a node whose parent is its
+source. A run that is not a fork, or whose source is not among the runs, is a root. Children
+are ordered by fork offset (a fork that names none comes first), then run id. Only a
+hand-edited journal can make a cycle of sources; its first run in listing order then starts a
+tree of its own, so every run is shown once. `kassette tree` and `kassette.explore.lineage`
+both build and draw their trees here, each with its own label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["RunNode", "build_forest", "draw_tree", "tree_lines"]
+
+
+@dataclass(frozen=True)
+class RunNode:
+    """One run in the forest. `parent_run_id` and `fork_offset` are as the run records them,
+    even when the parent is not loaded (then the node is a root)."""
+
+    run_id: str
+    status: str
+    parent_run_id: str | None
+    fork_offset: int | None
+    steps: int
+    children: tuple[RunNode, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """`run (status, from offset N, K steps)`: what the tree shows for this run."""
+        parts = [self.status]
+        if self.parent_run_id is not None:
+            parts.append(f"from offset {self.fork_offset}")
+        parts.append(f"{self.steps} step{'s' if self.steps != 1 else ''}")
+        return f"{self.run_id} ({', '.join(parts)})"
+
+
+def build_forest(runs: Iterable[RunNode]) -> tuple[RunNode, ...]:
+    """The roots of the fork forest of `runs` (in listing order; their `children` are ignored).
+
+    Roots come in listing order: first every run whose source is absent or not among `runs`,
+    then the first run of each cycle of sources.
+    """
+    listed = {run.run_id: run for run in runs}
+    children: dict[str, list[str]] = {}
+    for run in listed.values():
+        parent = run.parent_run_id
+        if parent is not None and parent in listed and parent != run.run_id:
+            children.setdefault(parent, []).append(run.run_id)
+    for siblings in children.values():
+        siblings.sort(key=lambda run_id: (_offset_order(listed[run_id]), run_id))
+    parentless = [run_id for run_id, run in listed.items() if run.parent_run_id not in listed]
+    placed: set[str] = set()
+    roots: list[RunNode] = []
+    for run_id in (*parentless, *listed):  # what is still unplaced after the roots is a cycle
+        if run_id not in placed:
+            roots.append(_grow(run_id, listed, children, placed))
+    return tuple(roots)
+
+
+def tree_lines(roots: Iterable[RunNode]) -> Iterator[tuple[str, RunNode]]:
+    """(tree-drawing prefix, node) for every node, depth first, parents before children."""
+    for root in roots:
+        # (node, what precedes its label, what precedes its children's lines)
+        stack: list[tuple[RunNode, str, str]] = [(root, "", "")]
+        while stack:
+            node, lead, indent = stack.pop()
+            yield lead, node
+            last = len(node.children) - 1
+            for index in reversed(range(len(node.children))):
+                if index == last:
+                    stack.append((node.children[index], indent + "└── ", indent + "    "))
+                else:
+                    stack.append((node.children[index], indent + "├── ", indent + "│   "))
+
+
+def draw_tree(roots: Iterable[RunNode], label: Callable[[RunNode], str]) -> str:
+    """The forest as text: one line per run, `label(node)` indented under its source."""
+    return "".join(f"{lead}{label(node)}\n" for lead, node in tree_lines(roots))
+
+
+def _offset_order(run: RunNode) -> int:
+    return -1 if run.fork_offset is None else run.fork_offset
+
+
+def _grow(
+    root: str, listed: dict[str, RunNode], children: dict[str, list[str]], placed: set[str]
+) -> RunNode:
+    """The node for `root` with its subtree, children first (no recursion: chains may be long).
+
+    A child already placed is the start of the cycle being walked, and is left out.
+    """
+    finished: dict[str, RunNode] = {}
+    placed.add(root)
+    # (run, its children to attach, or None until they have been pushed)
+    stack: list[tuple[str, list[str] | None]] = [(root, None)]
+    while stack:
+        run_id, below = stack.pop()
+        if below is None:
+            below = [child for child in children.get(run_id, []) if child not in placed]
+            placed.update(below)
+            stack.append((run_id, below))
+            stack.extend((child, None) for child in reversed(below))
+            continue
+        finished[run_id] = dataclasses.replace(
+            listed[run_id], children=tuple(finished[child] for child in below)
+        )
+    return finished[root]
