@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Collection
 from typing import Any
 
 from kassette.koto.frontmatter import Mapping, Sequence
@@ -47,6 +48,15 @@ class Checks:
     def problem(self, line: int, message: str) -> None:
         raise NotImplementedError
 
+    def unknown_fields(self, mapping: Mapping, known: Collection[str], where: str = "") -> None:
+        """Report every key of `mapping` that is not in `known`, at its own line."""
+        for key in mapping:
+            if key not in known:
+                self.problem(
+                    mapping.lines[key],
+                    f"unknown field {key!r}{where} (known: {', '.join(sorted(known))})",
+                )
+
     def text_field(self, mapping: Mapping, key: str, *, required: bool) -> str:
         value = mapping.get(key)
         if value is None:
@@ -78,13 +88,7 @@ class Checks:
                 self.problem(line, f"{name} is set by koto and cannot be declared")
             variable: dict[str, Any] = {"required": False}
             if isinstance(declaration, Mapping):
-                for key in declaration:
-                    if key not in _VARIABLE_FIELDS:
-                        self.problem(
-                            declaration.lines[key],
-                            f"unknown field {key!r} in variable"
-                            f" {name!r} (known: description, required, default)",
-                        )
+                self.unknown_fields(declaration, _VARIABLE_FIELDS, f" in variable {name!r}")
                 required = declaration.get("required", False)
                 if not isinstance(required, bool):
                     self.problem(declaration.lines["required"], "'required' must be true or false")
@@ -117,13 +121,7 @@ class Checks:
             if not isinstance(declaration, Mapping):
                 self.problem(line, f"field {field!r} must be a mapping with at least 'type'")
                 continue
-            for key in declaration:
-                if key not in _ACCEPT_FIELDS:
-                    self.problem(
-                        declaration.lines[key],
-                        f"unknown field {key!r} in accepted "
-                        f"field {field!r} (known: {', '.join(sorted(_ACCEPT_FIELDS))})",
-                    )
+            self.unknown_fields(declaration, _ACCEPT_FIELDS, f" in accepted field {field!r}")
             field_type = declaration.get("type")
             if field_type not in FIELD_TYPES:
                 self.problem(
@@ -180,12 +178,9 @@ class Checks:
                     f"gate {name!r} has type {gate_type!r}; use one of {', '.join(_GATE_FIELDS)}",
                 )
                 continue
-            for key in declaration:
-                if key not in _GATE_FIELDS[gate_type]:
-                    self.problem(
-                        declaration.lines[key],
-                        f"unknown field {key!r} in {gate_type} gate {name!r}",
-                    )
+            self.unknown_fields(
+                declaration, _GATE_FIELDS[gate_type], f" in {gate_type} gate {name!r}"
+            )
             gate: dict[str, Any] = {"type": gate_type}
             required = ["command"] if gate_type == "command" else ["key"]
             required += ["pattern"] if gate_type == "context-matches" else []
@@ -247,12 +242,7 @@ class Checks:
             if not isinstance(item, Mapping):
                 self.problem(line, "a transition is a mapping: {target: STATE, when: {...}}")
                 continue
-            for key in item:
-                if key not in _TRANSITION_FIELDS:
-                    self.problem(
-                        item.lines[key],
-                        f"unknown field {key!r} in a transition of {state!r} (known: target, when)",
-                    )
+            self.unknown_fields(item, _TRANSITION_FIELDS, f" in a transition of {state!r}")
             target = item.get("target")
             if not isinstance(target, str) or target not in declared:
                 self.problem(

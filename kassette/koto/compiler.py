@@ -68,12 +68,7 @@ class Compiler(Checks):
             self.problem(2, "the front-matter must be a mapping of 'key: value' lines")
             raise self.fail()
         body = [(end + 2 + i, line) for i, line in enumerate(lines[end + 1 :])]
-        for key in front:
-            if key not in _TOP_FIELDS:
-                self.problem(
-                    front.lines[key],
-                    f"unknown field {key!r} (known: {', '.join(sorted(_TOP_FIELDS))})",
-                )
+        self.unknown_fields(front, _TOP_FIELDS)
         data: dict[str, Any] = {"format_version": FORMAT_VERSION}
         data["name"] = self.text_field(front, "name", required=True)
         data["version"] = self.text_field(front, "version", required=True)
@@ -119,13 +114,7 @@ class Compiler(Checks):
             if not isinstance(spec, Mapping):
                 self.problem(line, f"state {name!r} must be a mapping")
                 continue
-            for key in spec:
-                if key not in _STATE_FIELDS:
-                    self.problem(
-                        spec.lines[key],
-                        f"unknown field {key!r} in state {name!r} "
-                        f"(known: {', '.join(sorted(_STATE_FIELDS))})",
-                    )
+            self.unknown_fields(spec, _STATE_FIELDS, f" in state {name!r}")
             state = self.section_text(name, line, sections.get(name))
             accepts = self.accepts(name, spec)
             gates = self.gates(name, spec)
