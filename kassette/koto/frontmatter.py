@@ -104,24 +104,39 @@ def _significant_lines(raw_lines: list[str], first_line: int) -> list[_Line]:
 
 def _strip_comment(text: str) -> str:
     """`text` without a trailing `# comment` (a `#` inside quotes or a word is not one)."""
-    quote = ""
     index = 0
     while index < len(text):
         char = text[index]
-        if quote:
-            if quote == '"' and char == "\\":
-                index += 1
-            elif char == quote:
-                if quote == "'" and text[index + 1 : index + 2] == "'":
-                    index += 1
-                else:
-                    quote = ""
-        elif char in "\"'" and (index == 0 or text[index - 1] in " \t[{,:-?"):
-            quote = char
-        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
+        if char in "\"'" and (index == 0 or text[index - 1] in " \t[{,:-?"):
+            end = _past_quote(text, index)
+            if end is None:
+                return text
+            index = end
+            continue
+        if char == "#" and (index == 0 or text[index - 1] in " \t"):
             return text[:index]
         index += 1
     return text
+
+
+def _past_quote(text: str, start: int) -> int | None:
+    """The index just past the quote closing the one at `text[start]`, or None if unclosed.
+
+    In double quotes a backslash escapes the next character; in single quotes `''` is one `'`.
+    """
+    quote, index = text[start], start + 1
+    while index < len(text):
+        char = text[index]
+        if quote == '"' and char == "\\":
+            index += 2
+            continue
+        if char == quote:
+            if quote == "'" and text[index + 1 : index + 2] == "'":
+                index += 2
+                continue
+            return index + 1
+        index += 1
+    return None
 
 
 class _Parser:
@@ -327,22 +342,18 @@ def _is_complete(text: str) -> bool:
     """Whether a flow collection or quoted scalar starting `text` ends in it."""
     if text[0] not in "[{\"'":
         return True
-    depth, quote, index = 0, "", 0
+    depth, index = 0, 0
     while index < len(text):
         char = text[index]
-        if quote:
-            if quote == '"' and char == "\\":
-                index += 1
-            elif char == quote:
-                if quote == "'" and text[index + 1 : index + 2] == "'":
-                    index += 1
-                else:
-                    quote = ""
-                    if depth == 0:
-                        return True
-        elif char in "\"'":
-            quote = char
-        elif char in "[{":
+        if char in "\"'":
+            end = _past_quote(text, index)
+            if end is None:
+                return False
+            if depth == 0:
+                return True
+            index = end
+            continue
+        if char in "[{":
             depth += 1
         elif char in "]}":
             depth -= 1
