@@ -261,11 +261,7 @@ def _template(args: argparse.Namespace) -> int:
         else:
             template = compile_template(args.source)
     except TemplateError as exc:
-        raise KotoError(
-            "template_error",
-            str(exc),
-            extra={"file": exc.path, "line": exc.line, "errors": exc.lines()},
-        ) from exc
+        raise KotoError.from_template(exc) from exc
     except (OSError, ValueError) as exc:
         raise KotoError("template_error", f"cannot read {args.source}: {exc}") from exc
     if args.action == "compile":

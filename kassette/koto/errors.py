@@ -9,7 +9,10 @@ corrupt journal, storage failing).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kassette.koto.template import TemplateError
 
 __all__ = ["EXIT_CALLER", "EXIT_INFRASTRUCTURE", "EXIT_OK", "EXIT_RETRY", "KotoError"]
 
@@ -55,6 +58,15 @@ class KotoError(Exception):
         self.message = message
         self.details = details or []
         self.extra = extra or {}
+
+    @classmethod
+    def from_template(cls, exc: TemplateError) -> KotoError:
+        """A template that does not compile, with its file, line and every problem."""
+        return cls(
+            "template_error",
+            str(exc),
+            extra={"file": exc.path, "line": exc.line, "errors": exc.lines()},
+        )
 
     @property
     def exit_code(self) -> int:

@@ -272,11 +272,7 @@ def init(
     try:
         template = compile_template(template_path)
     except TemplateError as exc:
-        raise KotoError(
-            "template_error",
-            str(exc),
-            extra={"file": exc.path, "line": exc.line, "errors": exc.lines()},
-        ) from exc
+        raise KotoError.from_template(exc) from exc
     variables = resolve_variables(template, assignments)
     storage = store.storage(name)
     try:
