@@ -447,7 +447,7 @@ def _commit(storage: Storage, journal: Journal, entry: Entry, token: str) -> str
                 run_id=run_id,
                 offset=newer["offset"],
             ) from failure
-        if current.next_offset == offset + 1 and current.entries[offset] == entry:
+        if _ends_with(current, [entry]):
             return snapshot.token  # our write landed although it reported failure
         if current.next_offset != offset:
             raise FencedError(
@@ -532,11 +532,13 @@ def _landed(storage: Storage, run_id: str, entries: list[Entry]) -> str | None:
     snapshot = storage.read(run_id)
     if snapshot is None:
         return None
-    current = Journal.parse(snapshot.data, run_id)
+    return snapshot.token if _ends_with(Journal.parse(snapshot.data, run_id), entries) else None
+
+
+def _ends_with(journal: Journal, entries: list[Entry]) -> bool:
+    """Whether `entries` are exactly the journal's last entries, at their own offsets."""
     first = entries[0]["offset"]
-    if current.next_offset == first + len(entries) and current.entries[first:] == entries:
-        return snapshot.token
-    return None
+    return journal.next_offset == first + len(entries) and journal.entries[first:] == entries
 
 
 def cancel_run(storage: Storage, run_id: str, reason: str | None = None) -> RunStatus:
