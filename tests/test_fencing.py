@@ -155,13 +155,21 @@ def test_racing_writers_get_one_session_each_or_run_locked(tmp_path: Path, befor
     assert not lockfile(tmp_path).exists()
 
 
-def test_a_paused_writer_whose_lock_was_reclaimed_is_fenced(
+def paused_writer(
     tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
-) -> None:
+) -> subprocess.Popen[bytes]:
+    """A worker that opened session 1, recorded a step and was then SIGSTOPped (lock held)."""
     a = spawn("hold", tmp_path, go=str(tmp_path / "go"))
     stopped.append(a)
     assert read_line(a)["stage"] == "recorded"
     a.send_signal(signal.SIGSTOP)
+    return a
+
+
+def test_a_paused_writer_whose_lock_was_reclaimed_is_fenced(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    a = paused_writer(tmp_path, stopped)
     # a stopped process is alive: its lock holds
     assert run_worker("write", tmp_path)["outcome"] == "locked"
     holder = json.loads(lockfile(tmp_path).read_bytes())
@@ -219,10 +227,7 @@ def test_cancel_from_another_process_stops_a_running_worker(tmp_path: Path) -> N
 def test_cancel_fences_a_paused_low_level_writer(
     tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
 ) -> None:
-    a = spawn("hold", tmp_path, go=str(tmp_path / "go"))
-    stopped.append(a)
-    assert read_line(a)["stage"] == "recorded"
-    a.send_signal(signal.SIGSTOP)
+    a = paused_writer(tmp_path, stopped)
     assert run_worker("cancel", tmp_path)["status"] == "canceled"
     (tmp_path / "go").touch()
     a.send_signal(signal.SIGCONT)
