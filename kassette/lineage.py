@@ -7,15 +7,20 @@ are ordered by fork offset (a fork that names none comes first), then run id. On
 hand-edited journal can make a cycle of sources; its first run in listing order then starts a
 tree of its own, so every run is shown once. `kassette tree` and `kassette.explore.lineage`
 both build and draw their trees here, each with its own label.
+
+Runs are listed oldest first (`creation_order`): by the time each was created (a root's first
+entry, a fork's own `start` entry), then by fork depth, so that a fork made in the same
+millisecond as its source still follows it, then by run id.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-__all__ = ["RunNode", "build_forest", "draw_tree", "tree_lines"]
+__all__ = ["RunNode", "build_forest", "creation_order", "draw_tree", "tree_lines"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,27 @@ def build_forest(runs: Iterable[RunNode]) -> tuple[RunNode, ...]:
     return tuple(roots)
 
 
+def creation_order(
+    created: Mapping[str, datetime | None], parents: Mapping[str, str | None]
+) -> list[str]:
+    """The run ids of `created` oldest first: by creation time, then fork depth, then run id.
+
+    `created` maps each run to when it was created (None: unknown, such as a journal that
+    cannot be read; those come last), `parents` maps a fork to its source run. A time without
+    a zone is taken as UTC.
+    """
+    depths = _fork_depths({run_id: parents.get(run_id) for run_id in created})
+    unknown = datetime.min.replace(tzinfo=UTC)
+
+    def key(run_id: str) -> tuple[bool, datetime, int, str]:
+        moment = created[run_id]
+        if moment is not None and moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return (moment is None, moment or unknown, depths[run_id], run_id)
+
+    return sorted(created, key=key)
+
+
 def tree_lines(roots: Iterable[RunNode]) -> Iterator[tuple[str, RunNode]]:
     """(tree-drawing prefix, node) for every node, depth first, parents before children."""
     for root in roots:
@@ -82,6 +108,27 @@ def tree_lines(roots: Iterable[RunNode]) -> Iterator[tuple[str, RunNode]]:
 def draw_tree(roots: Iterable[RunNode], label: Callable[[RunNode], str]) -> str:
     """The forest as text: one line per run, `label(node)` indented under its source."""
     return "".join(f"{lead}{label(node)}\n" for lead, node in tree_lines(roots))
+
+
+def _fork_depths(parents: Mapping[str, str | None]) -> dict[str, int]:
+    """How many forks away from a root each run is: 0 for a run that is not a fork, 1 for a
+    fork of a root or of a run not among `parents`. In a cycle of sources (a hand-edited
+    journal) the run that closes it counts as the fork of a missing run."""
+    depths: dict[str, int] = {}
+    for run_id in parents:
+        chain: dict[str, None] = {}  # the runs walked from run_id up to a known depth
+        above: str | None = run_id
+        while above is not None and above in parents and above not in depths:
+            if above in chain:
+                break
+            chain[above] = None
+            above = parents[above]
+        # -1: the chain's last run is a root; 0: its source is missing or the cycle closes here
+        depth = -1 if above is None else depths.get(above, 0)
+        for member in reversed(chain):
+            depth += 1
+            depths[member] = depth
+    return depths
 
 
 def _offset_order(run: RunNode) -> int:
