@@ -1,10 +1,11 @@
 """Widgets: the fork forest to click through, and forking from a notebook.
 
-`RunTree` draws `lineage(journals)` as one button per run, coloured by status and labelled
-with run id, fork offset and step count; selecting one shows that run's entries below the
-tree. `ForkExplorer` puts a fork-point picker and a Fork button on top of a `RunTree`:
-pressing Fork calls `workflow.fork(...)`, so the continuation runs the workflow code the
-notebook holds now, then the new branch appears in the tree and side by side with its source.
+`RunTree` draws `lineage(journals)` as one button per run, coloured by status (a legend above
+says which colour is which) and labelled with run id, fork offset and step count; selecting
+one shows that run's entries below the tree. `ForkExplorer` puts a fork-point picker and a
+Fork button on top of a `RunTree`, with a line saying what a press would fork: pressing Fork
+calls `workflow.fork(...)`, so the continuation runs the workflow code the notebook holds now,
+then the new branch appears in the tree and side by side with its source.
 Both are plain ipywidgets containers: their state is their children's state.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import html
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 try:
@@ -33,22 +34,25 @@ from kassette.workflow import AsyncWorkflow, RunResult, Workflow
 __all__ = ["ForkExplorer", "RunTree"]
 
 _VALUE_WIDTH = 120
+_OTHER_COLOR = "#444"  # a status kassette does not know (a newer journal's)
 
 
 class RunTree(widgets.VBox):  # type: ignore[misc]
     """The fork forest of `journals`: click a run to see its entries.
 
     `selected` (a traitlet, so it can be observed or set) is the selected run id; `nodes`
-    maps run ids to their buttons and `details` is the HTML view of the selected run.
+    maps run ids to their buttons, `legend` says which colour is which status, and `details`
+    is the HTML view of the selected run.
     """
 
     selected = traitlets.Unicode(None, allow_none=True)
 
     def __init__(self, journals: Journals, *, selected: str | None = None) -> None:
         self.nodes: dict[str, widgets.Button] = {}
+        self.legend = widgets.HTML()
         self.forest = widgets.VBox(layout=widgets.Layout(margin="0 0 8px 0"))
         self.details = widgets.HTML()
-        super().__init__([self.forest, self.details])
+        super().__init__([self.legend, self.forest, self.details])
         self.observe(self._show_selected, names="selected")
         self.update(journals, selected=selected)
 
@@ -64,7 +68,7 @@ class RunTree(widgets.VBox):  # type: ignore[misc]
                 tooltip=f"{node.run_id}: {node.status}",
                 layout=widgets.Layout(width="auto"),
                 style={
-                    "button_color": STATUS_COLORS.get(node.status, "#444"),
+                    "button_color": _color(node.status),
                     "text_color": "white",
                 },
             )
@@ -75,6 +79,7 @@ class RunTree(widgets.VBox):  # type: ignore[misc]
             )
             rows.append(widgets.HBox([indent, button]))
         self.forest.children = rows
+        self.legend.value = _legend_html(node.status for node in self.lineage)
         keep = selected if selected is not None else self.selected
         if keep not in self.nodes:
             keep = next(iter(self.nodes), None)
@@ -104,6 +109,24 @@ class RunTree(widgets.VBox):  # type: ignore[misc]
         )
 
 
+def _color(status: str) -> str:
+    return STATUS_COLORS.get(status, _OTHER_COLOR)
+
+
+def _legend_html(statuses: Iterable[str]) -> str:
+    """A swatch per status colour; "other" too when a run shown has a status kassette lacks."""
+    named = list(STATUS_COLORS.items())
+    if any(status not in STATUS_COLORS for status in statuses):
+        named.append(("other", _OTHER_COLOR))
+    swatches = "".join(
+        f"<span style='margin-right:12px;white-space:nowrap'>"
+        f"<span style='display:inline-block;width:12px;height:12px;border-radius:2px;"
+        f"vertical-align:middle;margin-right:4px;background:{color}'></span>{status}</span>"
+        for status, color in named
+    )
+    return f"<div class='kassette-legend' style='font-size:90%'>{swatches}</div>"
+
+
 def _node_label(node: RunNode) -> str:
     parts = [node.run_id]
     if node.fork_offset is not None:
@@ -121,7 +144,7 @@ def _entries_html(journals: Journals, run_id: str) -> str:
         if row["parent_run_id"] is not None
         else ""
     )
-    color = STATUS_COLORS.get(row["status"], "#444")
+    color = _color(row["status"])
     header = (
         f"<p><b>{html.escape(run_id)}</b> <span style='color:{color}'>{row['status']}</span>"
         f"{source}</p>"
@@ -150,8 +173,9 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
 
     The run forked is the one selected in `tree` (at first `run_id`). `step` (a dropdown of
     the run's steps) moves `offset` (a slider) to that step, so it runs again in the fork;
-    `new_run_id` names the fork (blank: a random id). Pressing `fork_button` calls `fork()`.
-    Assign `explorer.workflow` after redefining the workflow to fork with the new code.
+    `new_run_id` names the fork (blank: a random id). `target` says what a press of
+    `fork_button` would do, and follows every change of run, offset or name; the press calls
+    `fork()`. Assign `explorer.workflow` after redefining the workflow to fork with the new code.
     """
 
     def __init__(
@@ -169,6 +193,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.fork_button = widgets.Button(
             description="Fork", button_style="primary", icon="code-branch"
         )
+        self.target = widgets.HTML()
         self.status = widgets.HTML()
         self.comparison = widgets.HTML()
         loaded = journals if journals is not None else load(workflow.storage)
@@ -177,6 +202,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
             [
                 widgets.HBox([self.step, self.offset]),
                 widgets.HBox([self.new_run_id, self.fork_button]),
+                self.target,
                 self.status,
                 self.tree,
                 self.comparison,
@@ -184,6 +210,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         )
         self.step.observe(self._step_chosen, names="value")
         self.offset.observe(self._offset_moved, names="value")
+        self.new_run_id.observe(self._describe_target, names="value")
         self.tree.observe(self._source_chosen, names="selected")
         self.fork_button.on_click(self._clicked)
         self._source_chosen()
@@ -277,6 +304,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.step.value = first
         if first is None:
             self.offset.value = last
+        self._describe_target()
 
     def _step_chosen(self, change: Any = None) -> None:
         if self.step.value is not None:
@@ -286,6 +314,34 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         if self.step.value is not None and self._offsets[self.step.value] != self.offset.value:
             at = [s for s, o in self._offsets.items() if o == self.offset.value]
             self.step.value = at[0] if at else None
+        self._describe_target()
+
+    def _describe_target(self, change: Any = None) -> None:
+        if self.tree.selected is None:
+            self.target.value = ""
+            return
+        source, offset = self.source, self.offset.value
+        new_run_id = self.new_run_id.value.strip()
+        into = f"<b>{html.escape(new_run_id)}</b>" if new_run_id else "a new run (random id)"
+        kept = {0: "no entries", 1: "entry 0"}.get(offset, f"entries 0 to {offset - 1}")
+        entries = self.tree.journals._entries_of(source)
+        at = entries[entries["offset"] == offset]
+        then = (
+            f"runs again from entry {offset} ({_entry_name(at.iloc[0])})"
+            if len(at)
+            else "continues after its last entry"
+        )
+        self.target.value = (
+            f"Fork will branch <b>{html.escape(source)}</b> at offset {offset} into {into}: "
+            f"it keeps {kept} and {then}."
+        )
+
+
+def _entry_name(entry: pd.Series) -> str:
+    """How the fork target names the first entry it does not copy: `step <b>plan</b>`."""
+    name = next((v for v in (entry["step_id"], entry["event"]) if isinstance(v, str)), None)
+    kind = html.escape(str(entry["type"]))
+    return f"{kind} <b>{html.escape(name)}</b>" if name else f"the {kind} entry"
 
 
 async def _awaited(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import ipywidgets as widgets
@@ -18,7 +19,7 @@ from kassette.testing import FakeClock
 def test_run_tree_has_a_node_per_run_coloured_by_status(scenario: Scenario) -> None:
     tree = kx.RunTree(kx.load(scenario.storage))
     assert isinstance(tree, widgets.VBox)
-    assert tree.children == (tree.forest, tree.details)
+    assert tree.children == (tree.legend, tree.forest, tree.details)
     assert set(tree.nodes) == set(RUNS)
     assert len(tree.forest.children) == len(RUNS)
     colours = {run_id: button.style.button_color for run_id, button in tree.nodes.items()}
@@ -28,6 +29,27 @@ def test_run_tree_has_a_node_per_run_coloured_by_status(scenario: Scenario) -> N
     assert tree.nodes["single"].description == "single · 2 steps"
     rows = {row.children[1].description: row.children[0].value for row in tree.forest.children}
     assert "└── " in rows["refork · @4 · 2 steps"]  # drawn under its source
+
+
+def legend_of(tree: kx.RunTree) -> dict[str, str]:
+    """The tree's legend as colour -> status name."""
+    return dict(re.findall(r"background:(#[0-9a-f]{6})'></span>([a-z]+)<", tree.legend.value))
+
+
+def test_run_tree_legend_names_the_colour_of_each_status(scenario: Scenario) -> None:
+    tree = kx.RunTree(kx.load(scenario.storage))
+    legend = legend_of(tree)
+    assert list(legend.values()) == ["completed", "failed", "canceled", "suspended", "running"]
+    for run_id, button in tree.nodes.items():
+        assert legend[button.style.button_color] == tree.lineage[run_id].status
+    assert "other" not in tree.legend.value
+
+
+def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
+    from kassette.explore.widgets import _legend_html
+
+    assert ">other</span>" in _legend_html(["completed", "paused"])
+    assert "other" not in _legend_html(["completed", "running"])
 
 
 def test_selecting_a_node_shows_its_entries(scenario: Scenario) -> None:
@@ -86,6 +108,37 @@ def test_fork_explorer_picks_a_point_and_forks(scenario: Scenario) -> None:
     assert repr(explorer) == (
         "ForkExplorer: fork replan at offset 2 (step plan)\nlast fork: replan (success)"
     )
+
+
+def test_fork_explorer_says_what_a_press_of_fork_would_fork(scenario: Scenario) -> None:
+    explorer = kx.ForkExplorer(scenario.workflow, "single")
+    assert explorer.target in explorer.children
+    assert explorer.target.value == (
+        "Fork will branch <b>single</b> at offset 1 into a new run (random id): "
+        "it keeps entry 0 and runs again from entry 1 (step <b>plan</b>)."
+    )
+    explorer.step.value = "implement"
+    assert "at offset 2 into" in explorer.target.value
+    assert "keeps entries 0 to 1 and runs again from entry 2 (step <b>implement</b>)" in (
+        explorer.target.value
+    )
+    explorer.offset.value = 3
+    assert "runs again from entry 3 (the complete entry)" in explorer.target.value
+    explorer.new_run_id.value = " again "
+    assert "at offset 3 into <b>again</b>:" in explorer.target.value
+    explorer.tree.nodes["refork"].click()
+    assert explorer.target.value.startswith("Fork will branch <b>refork</b> at offset 1 into")
+    explorer.fork_button.click()  # into "again": the new run is selected, so it is next
+    assert explorer.source == "again"
+    assert explorer.target.value.startswith(
+        "Fork will branch <b>again</b> at offset 2 into a new run (random id)"
+    )
+    suspended = kx.ForkExplorer(scenario.workflow, "resumed")
+    suspended.offset.value = 3
+    assert "runs again from entry 3 (suspend <b>review</b>)" in suspended.target.value
+    waiting = kx.ForkExplorer(scenario.workflow, "suspended")
+    waiting.offset.value = waiting.offset.max
+    assert waiting.target.value.endswith("keeps entries 0 to 3 and continues after its last entry.")
 
 
 def test_the_fork_runs_the_workflow_code_the_notebook_has_now(scenario: Scenario) -> None:
