@@ -27,9 +27,9 @@ from kassette.errors import (
     RunNotFoundError,
     StorageError,
 )
-from kassette.journal import Journal, validate_run_id
+from kassette.journal import Journal
 from kassette.lineage import RunNode, build_forest, draw_tree, tree_lines
-from kassette.storage import Storage, open_storage
+from kassette.storage import Storage, open_storage, validate_run_id
 
 __all__ = ["main"]
 

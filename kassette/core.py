@@ -41,18 +41,19 @@ from kassette.journal import (
     RunStatus,
     check_json,
     encode,
+    event_name,
     format_timestamp,
     parse_timestamp,
     validate_name,
-    validate_run_id,
 )
 from kassette.journal import (
     new_run_id as fresh_run_id,
 )
-from kassette.storage import Storage
+from kassette.storage import Storage, validate_run_id
 
 __all__ = [
     "Run",
+    "Step",
     "StepIds",
     "cancel_run",
     "fork_run",
@@ -88,10 +89,15 @@ class StepIds:
 
 def read_journal(storage: Storage, run_id: str) -> Journal:
     """The run's parsed journal; `RunNotFoundError` when there is none."""
+    return _read(storage, run_id)[0]
+
+
+def _read(storage: Storage, run_id: str) -> tuple[Journal, str]:
+    """The run's parsed journal and its token; `RunNotFoundError` when there is none."""
     snapshot = storage.read(validate_run_id(run_id))
     if snapshot is None:
         raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-    return Journal.parse(snapshot.data, run_id)
+    return Journal.parse(snapshot.data, run_id), snapshot.token
 
 
 def run_status(storage: Storage, run_id: str) -> RunStatus:
@@ -157,6 +163,52 @@ def _plan_fork(storage: Storage, run_id: str, offset: int | None, step: str | No
     return _Fork(run_id, cut, source.entries[:cut], metadata)
 
 
+class Step:
+    """A step as the code reaches it: its id, and its recorded entry when the journal has one.
+
+    The seam for code that journals calls of its own (an SDK wrapper, say) the way `ctx.step`
+    does: `Run.begin_step` (or `ctx.begin_step`) takes the next id and checks the journal;
+    when `replayed`, use `result`; else make the call and `record` what it returned.
+    """
+
+    def __init__(self, run: Run, step_id: str, name: str, entry: Entry | None) -> None:
+        self.run = run
+        self.step_id = step_id
+        self.name = name
+        self.entry = entry
+        self._started = time.perf_counter()
+
+    @property
+    def replayed(self) -> bool:
+        """Whether the journal holds this step's result."""
+        return self.entry is not None
+
+    @property
+    def result(self) -> Any:
+        """The recorded result (for a step that is `replayed`)."""
+        if self.entry is None:
+            raise InvalidArgumentError(
+                f"step {self.step_id!r} has no recorded result yet", run_id=self.run.run_id
+            )
+        return self.entry["result"]
+
+    def record(self, result: Any, *, attempts: int | None = None) -> Any:
+        """Journal the live call's `result`; return it as replay will see it."""
+        if self.entry is not None:
+            raise InvalidArgumentError(
+                f"step {self.step_id!r} is recorded already", run_id=self.run.run_id
+            )
+        value = self.run.append_step(
+            self.step_id,
+            self.name,
+            result,
+            attempts=attempts,
+            duration_ms=(time.perf_counter() - self._started) * 1000,
+        )
+        self.entry = self.run.journal.steps[self.step_id]
+        return value
+
+
 class Run:
     """One open session of a run: replay what the journal has, append what is new.
 
@@ -215,15 +267,13 @@ class Run:
 
     def record(self, name: str, fn: Callable[[], T]) -> T:
         """Return `name`'s recorded result, or call `fn` and journal what it returns."""
-        step_id = self.ids.next(name)
-        recorded = self.replayed_step(step_id, name, "step")
-        if recorded is not None:
-            return recorded["result"]  # type: ignore[no-any-return]
-        started = time.perf_counter()
-        result = fn()
-        return self.append_step(  # type: ignore[no-any-return]
-            step_id, name, result, duration_ms=(time.perf_counter() - started) * 1000
-        )
+        step = self.begin_step(name)
+        return step.result if step.replayed else step.record(fn())  # type: ignore[no-any-return]
+
+    def begin_step(self, name: str, *, ids: StepIds | None = None) -> Step:
+        """The next step named `name` (in the id scope `ids`, default the run's): see `Step`."""
+        step_id = (ids or self.ids).next(name)
+        return Step(self, step_id, name, self.replayed_step(step_id, name, "step"))
 
     def wait_for_event(
         self,
@@ -255,9 +305,9 @@ class Run:
                 self._append("suspend", fields)
                 raise Suspended((event_id,), run_id=self.run_id)
             self._unreplayed -= 1
-            if suspend["event"] != event:
+            if event_name(suspend) != event:
                 raise ReplayMismatchError(
-                    f"run {self.run_id}: journal has a suspend for {suspend['event']!r} at "
+                    f"run {self.run_id}: journal has a suspend for {event_name(suspend)!r} at "
                     f"{event_id}, the code waits for {event!r}",
                     run_id=self.run_id,
                     step_id=event_id,
@@ -295,7 +345,7 @@ class Run:
             if not delivered and not self._timed_out(event_id):
                 suspend = self.journal.suspends[event_id]
                 self._append(
-                    "resume", {"eventId": event_id, "event": suspend["event"], "value": value}
+                    "resume", {"eventId": event_id, "event": event_name(suspend), "value": value}
                 )
             return event_id
 
@@ -414,17 +464,33 @@ class Run:
             return entry
 
 
+def _append(storage: Storage, run_id: str, entries: list[Entry], token: str | None) -> str:
+    """Append `entries` at `token`: the one way kassette writes a journal. Returns the new token.
+
+    A failed write is resolved by reading the journal back: entries that are there count as
+    written (an ambiguous failure, such as a timeout after the write committed, or a retried
+    request conflicting with its own first attempt), so nothing is journaled twice. Otherwise
+    the error is raised: `ConflictError` when the journal moved, for the caller to re-plan.
+    """
+    try:
+        return storage.append(run_id, b"".join(encode(entry) for entry in entries), token=token)
+    except StorageError:
+        landed = _landed(storage, run_id, entries)
+        if landed is None:
+            raise
+        return landed
+
+
 def _commit(storage: Storage, journal: Journal, entry: Entry, token: str) -> str:
-    """Append `entry` at `token`; on a conflict or an ambiguous failure, re-read and decide.
+    """Append `entry` of an open session at `token`, retrying while the session is not fenced.
 
     Returns the new token. The journal is not modified here.
     """
     run_id, offset, session = journal.run_id, entry["offset"], entry["session"]
-    line = encode(entry)
     delay = 0.05
     for _ in range(_APPEND_ATTEMPTS):
         try:
-            return storage.append(run_id, line, token=token)
+            return _append(storage, run_id, [entry], token)
         except StorageError as exc:
             failure = exc
         if not isinstance(failure, ConflictError):
@@ -440,15 +506,13 @@ def _commit(storage: Storage, journal: Journal, entry: Entry, token: str) -> str
         current = Journal.parse(snapshot.data, run_id)
         if current.max_session > session:
             newer = next(e for e in current.entries if e["session"] > session)
-            canceled = current.terminal is not None and current.terminal["type"] == "cancel"
+            canceled = current.state.status == "canceled"
             raise (CancelledError if canceled else FencedError)(
                 f"run {run_id}: session {newer['session']} (offset {newer['offset']}) "
                 f"superseded session {session}",
                 run_id=run_id,
                 offset=newer["offset"],
             ) from failure
-        if _ends_with(current, [entry]):
-            return snapshot.token  # our write landed although it reported failure
         if current.next_offset != offset:
             raise FencedError(
                 f"run {run_id}: another writer of session {session} appended at offset {offset}",
@@ -490,6 +554,7 @@ def fork_run(
     offset: int | None = None,
     step: str | None = None,
     new_run_id: str | None = None,
+    clock: Clock | None = None,
 ) -> str:
     """Write a new run holding `source_run_id`'s entries before the fork point and a `start`
     entry with `source`; return its id. The next `start(run_id=...)` continues it live."""
@@ -500,7 +565,7 @@ def fork_run(
         step=step,
         new_run_id=new_run_id,
         version=None,
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
     ) as run:
         return run.run_id
 
@@ -541,28 +606,25 @@ def _ends_with(journal: Journal, entries: list[Entry]) -> bool:
     return journal.next_offset == first + len(entries) and journal.entries[first:] == entries
 
 
-def cancel_run(storage: Storage, run_id: str, reason: str | None = None) -> RunStatus:
+def cancel_run(
+    storage: Storage, run_id: str, reason: str | None = None, *, clock: Clock | None = None
+) -> RunStatus:
     """Append `cancel` in a new session (no lock: a live writer is fenced on its next append)."""
+    clock = clock or SystemClock()
     for _ in range(_OPEN_ATTEMPTS):
-        snapshot = storage.read(validate_run_id(run_id))
-        if snapshot is None:
-            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-        journal = Journal.parse(snapshot.data, run_id)
+        journal, token = _read(storage, run_id)
         _ensure_open(journal)
         entry: Entry = {
             "type": "cancel",
             "session": journal.max_session + 1,
             "offset": journal.next_offset,
-            "timestamp": format_timestamp(time.time()),
+            "timestamp": format_timestamp(clock.time()),
             "reason": reason,
         }
         try:
-            storage.append(run_id, encode(entry), token=snapshot.token)
+            _append(storage, run_id, [entry], token)
         except ConflictError:
             continue
-        except StorageError:
-            if _landed(storage, run_id, [entry]) is None:
-                raise
         journal.add(entry)
         return journal.status()
     raise StorageError(f"run {run_id}: cancel kept conflicting with other writers", run_id=run_id)
@@ -605,17 +667,12 @@ def _open_session(
                 start["version"] = version
             if fork is not None and snapshot is None:
                 start["source"] = {"runId": fork.source_run_id, "fromOffset": fork.offset}
-            data = b"".join(encode(entry) for entry in [*prefix, start])
             try:
-                token = storage.append(run_id, data, token=snapshot.token if snapshot else None)
+                at = snapshot.token if snapshot else None
+                token = _append(storage, run_id, [*prefix, start], at)
             except ConflictError:
                 lock.__exit__(None, None, None)
                 continue
-            except StorageError:
-                landed = _landed(storage, run_id, [*prefix, start])
-                if landed is None:
-                    raise
-                token = landed
             journal.add(start)
             return Run(
                 storage,

@@ -2,20 +2,21 @@
 
 The format is kassette's real API (see docs/journal-format.md). Each line is an entry with
 `type`, `session`, `offset` (dense from 0, assigned at append) and `timestamp`, then fields of
-its type. A run's status, its pending events and its replayable steps are all derived here,
-from the entries alone. Readers skip entry types they do not know, ignore a torn final line (a
-crash mid-write), and raise `JournalCorruptionError` for anything else they cannot read.
+its type; the `TypedDict`s below spell out kassette's own types. A run's state (status,
+version, fork source, pending events, result, error) is derived by one pure reducer,
+`reduce_entry`, from the entries alone: core, the CLI, explore's Arrow path and koto all fold
+with it. Readers skip entry types they do not know, ignore a torn final line (a crash
+mid-write), and raise `JournalCorruptionError` for anything else they cannot read.
 """
 
 from __future__ import annotations
 
 import json
 import json.scanner
-import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar, overload
 
 from kassette.errors import (
     EventNameCollisionError,
@@ -25,51 +26,57 @@ from kassette.errors import (
 )
 
 __all__ = [
+    "REQUIRED_TEXT",
     "TERMINAL_TYPES",
+    "CancelEntry",
+    "CompleteEntry",
     "Entries",
     "EntryIndex",
+    "ErrorEntry",
     "ErrorInfo",
     "Journal",
+    "KnownEntry",
+    "ResumeEntry",
+    "RunState",
     "RunStatus",
+    "Source",
+    "StartEntry",
+    "StepEntry",
+    "SuspendEntry",
+    "check_entry",
     "check_json",
     "encode",
+    "event_id",
+    "event_name",
     "format_timestamp",
+    "reduce_entry",
+    "reduce_run",
     "validate_name",
-    "validate_run_id",
 ]
 
 Entry = dict[str, Any]
 _T = TypeVar("_T")
-RunState = Literal["running", "suspended", "completed", "failed", "canceled"]
+Status = Literal["running", "suspended", "completed", "failed", "canceled"]
 
 TERMINAL_TYPES = frozenset({"complete", "error", "cancel"})
 KNOWN_TYPES = frozenset({"start", "step", "suspend", "resume"}) | TERMINAL_TYPES
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_REQUIRED_TEXT = {
-    "step": ("stepId", "name"),
-    "suspend": ("eventId", "event"),
-    "resume": ("eventId", "event"),
+# The text fields that replay and the run's state are keyed by, per type: each tuple needs one
+# of its keys. Upstream (TypeScript) kassette names a suspend's and a resume's event `name`.
+REQUIRED_TEXT = {
+    "step": (("stepId",), ("name",)),
+    "suspend": (("eventId", "name"),),
+    "resume": (("eventId", "name"),),
 }
 # what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds per
 # call; built once, as encoding is on every append's path
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 # what json.loads runs once past its checks (its memo of keys is per call: safe to share)
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-_STATUS_OF_TERMINAL: dict[str, RunState] = {
+_STATUS_OF_TERMINAL: dict[str, Status] = {
     "complete": "completed",
     "error": "failed",
     "cancel": "canceled",
 }
-
-
-def validate_run_id(run_id: object) -> str:
-    """Return `run_id` if it is a safe file and object name, else raise before any I/O."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
-        raise InvalidArgumentError(
-            f"invalid run id {run_id!r}: use 1-200 of A-Z a-z 0-9 . _ - , starting with a letter"
-            " or digit"
-        )
-    return run_id
 
 
 def validate_name(name: object, what: str = "step") -> str:
@@ -141,6 +148,146 @@ def encode(entry: Entry) -> bytes:
     return (_ENCODER.encode(entry) + "\n").encode()
 
 
+# -- the entry types ---------------------------------------------------------------------------
+
+
+class _Envelope(TypedDict):
+    """What every entry has; `offset` is dense from 0, `session` counts invocations from 1."""
+
+    session: int
+    offset: int
+    timestamp: str
+
+
+class Source(TypedDict):
+    """Where a fork came from: the source run and the offset its copied entries stop before."""
+
+    runId: str
+    fromOffset: int
+
+
+class StartEntry(_Envelope):
+    """Opens a session. The first start records the run's input; a fork's own start has
+    `source`, and `version` names the code that continues the run from there."""
+
+    type: Literal["start"]
+    metadata: Any
+    version: NotRequired[str]
+    source: NotRequired[Source]
+
+
+class StepEntry(_Envelope):
+    """A step's result, replayed instead of running the step again."""
+
+    type: Literal["step"]
+    stepId: str
+    name: str
+    result: Any
+    kind: NotRequired[Literal["sleep", "parallel"]]
+    attempts: NotRequired[int]
+    durationMs: NotRequired[float]
+
+
+class SuspendEntry(_Envelope):
+    """The run waits for an event; pending until a resume with the same `eventId`."""
+
+    type: Literal["suspend"]
+    eventId: str
+    event: str
+    reason: NotRequired[str]
+    timeoutAt: NotRequired[str]
+
+
+class ResumeEntry(_Envelope):
+    """The value delivered for a suspend; the first one for an `eventId` is final."""
+
+    type: Literal["resume"]
+    eventId: str
+    event: str
+    value: Any
+
+
+class CompleteEntry(_Envelope):
+    type: Literal["complete"]
+    result: Any
+
+
+class ErrorPayload(TypedDict, total=False):
+    name: str
+    message: str
+    traceback: str
+
+
+class ErrorEntry(_Envelope):
+    type: Literal["error"]
+    error: ErrorPayload
+
+
+class CancelEntry(_Envelope):
+    type: Literal["cancel"]
+    reason: str | None
+
+
+KnownEntry = (
+    StartEntry | StepEntry | SuspendEntry | ResumeEntry | CompleteEntry | ErrorEntry | CancelEntry
+)
+
+
+def check_entry(entry: object, run_id: str, expected: int, line_number: int | None = None) -> Entry:
+    """Return `entry` if it can be the entry at offset `expected`, else raise
+    `JournalCorruptionError`: a JSON object with the envelope, and for kassette's own types the
+    text fields replay and the run's state are keyed by. Every reader checks with this."""
+    where = f"line {line_number if line_number is not None else expected + 1}"
+    if not isinstance(entry, dict):
+        raise JournalCorruptionError(
+            f"run {run_id}: {where} (offset {expected}) is not a JSON object",
+            run_id=run_id,
+            offset=expected,
+        )
+    offset, session = entry.get("offset"), entry.get("session")
+    if type(offset) is not int or offset != expected:
+        kind = (
+            "duplicate offset"
+            if isinstance(offset, int) and offset < expected
+            else ("offset gap" if isinstance(offset, int) else "missing offset")
+        )
+        raise JournalCorruptionError(
+            f"run {run_id}: {kind} at {where}: expected offset {expected}, got {offset!r}",
+            run_id=run_id,
+            offset=expected,
+        )
+    if type(session) is not int or session < 1 or not isinstance(entry.get("type"), str):
+        raise JournalCorruptionError(
+            f"run {run_id}: {where} (offset {offset}) lacks a valid type or session",
+            run_id=run_id,
+            offset=offset,
+        )
+    for keys in REQUIRED_TEXT.get(entry["type"], ()):
+        if not any(isinstance(entry.get(key), str) for key in keys):
+            raise JournalCorruptionError(
+                f"run {run_id}: {entry['type']} entry at {where} (offset {offset}) lacks "
+                f"{' or '.join(map(repr, keys))}",
+                run_id=run_id,
+                offset=offset,
+            )
+    return entry
+
+
+def event_id(entry: Mapping[str, Any]) -> str:
+    """The id of a checked suspend's or resume's event: `eventId`, or upstream's `name`."""
+    value = entry.get("eventId")
+    return value if isinstance(value, str) else entry["name"]
+
+
+def event_name(entry: Mapping[str, Any]) -> str:
+    """The event a checked suspend waits for (or a resume delivers): `event`, else its id."""
+    value = entry.get("event")
+    return value if isinstance(value, str) else event_id(entry)
+
+
+# -- the run's state: one reducer over the entries -----------------------------------------------
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     """The `name` and `message` of an error that ended a run."""
@@ -148,8 +295,96 @@ class ErrorInfo:
     name: str
     message: str
 
+    @classmethod
+    def of(cls, error: object) -> ErrorInfo:
+        """From an `error` entry's payload, whatever a foreign writer put there."""
+        if isinstance(error, dict):
+            return cls(str(error.get("name", "Error")), str(error.get("message", "")))
+        return cls("Error", str(error))
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}" if self.message else self.name
+
     def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "message": self.message}
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run's entries say about it, as `reduce_entry` folds them in offset order.
+
+    `created_offset` is the offset of the entry that created the run as it is: its first
+    `start`, or for a fork its own `start` (the entries before it are the source's).
+    `ended_offset` is the offset of the terminal entry; nothing after it counts.
+    """
+
+    status: Status = "running"
+    version: str | None = None
+    source: Source | None = None
+    pending_events: tuple[str, ...] = ()
+    delivered: frozenset[str] = frozenset()
+    result: Any = None
+    error: ErrorInfo | None = None
+    created_offset: int | None = None
+    ended_offset: int | None = None
+
+
+def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
+    """The run's state after `entry` (a checked entry; see `check_entry`).
+
+    Pure: `state` is not modified. Steps and entry types kassette does not know leave the
+    state as it is, so a reader may fold only the other entries.
+      - `start`: the first one with a string `version` sets the version; one with `source`
+        (a fork's own start, or a fork of a fork's copy of it) sets the source, and the version
+        becomes its own: the code continuing a fork is the fork's.
+      - `suspend` makes its event pending unless it was delivered; `resume` delivers it.
+      - `complete`, `error`, `cancel`: the first one ends the run, with its result or error.
+    """
+    kind = entry["type"]
+    if kind == "step" or kind not in KNOWN_TYPES or state.ended_offset is not None:
+        return state
+    if kind == "start":
+        version = entry.get("version")
+        version = version if isinstance(version, str) else None
+        source = entry.get("source")
+        created = state.created_offset
+        if isinstance(source, dict):
+            return replace(state, source=source, version=version, created_offset=entry["offset"])  # type: ignore[arg-type]
+        if state.version is None and version is not None:
+            state = replace(state, version=version)
+        return state if created is not None else replace(state, created_offset=entry["offset"])
+    if kind == "suspend":
+        key = event_id(entry)
+        if key in state.delivered or key in state.pending_events:
+            return state
+        return _settled(state, pending_events=(*state.pending_events, key))
+    if kind == "resume":
+        key = event_id(entry)
+        if key in state.delivered:
+            return state
+        pending = tuple(e for e in state.pending_events if e != key)
+        return _settled(state, pending_events=pending, delivered=state.delivered | {key})
+    return replace(
+        state,
+        status=_STATUS_OF_TERMINAL[kind],
+        result=entry.get("result") if kind == "complete" else None,
+        error=ErrorInfo.of(entry.get("error")) if kind == "error" else None,
+        ended_offset=entry["offset"],
+    )
+
+
+def reduce_run(entries: Iterable[Mapping[str, Any]]) -> RunState:
+    """The state of a run with these entries (checked, in offset order)."""
+    state = RunState()
+    for entry in entries:
+        state = reduce_entry(state, entry)
+    return state
+
+
+def _settled(state: RunState, **changes: Any) -> RunState:
+    """`state` with `changes` to its events, and the status that follows from them."""
+    state = replace(state, **changes)
+    return replace(state, status="suspended" if state.pending_events else "running")
 
 
 @dataclass(frozen=True)
@@ -157,11 +392,12 @@ class RunStatus:
     """A run's state, derived from its journal alone.
 
     `status` is "running" for a run that is in progress *or* crashed and not yet re-invoked:
-    the journal cannot tell them apart, and both are continued by re-invoking.
+    the journal cannot tell them apart, and both are continued by re-invoking. `created_at`
+    is when the run came to be: its first entry's time, or for a fork its own `start`'s.
     """
 
     run_id: str
-    status: RunState
+    status: Status
     version: str | None
     source: dict[str, Any] | None
     sessions: int
@@ -284,7 +520,8 @@ class EntryIndex(Mapping[str, Entry]):
 
 @dataclass
 class Journal:
-    """The entries of one run plus the indexes replay and status need, kept up to date by `add`.
+    """The entries of one run, the indexes replay needs and the run's state, kept up to date
+    by `add`.
 
     `steps`, `suspends` and `resumes` map step and event ids to their first entry: the first
     record is authoritative (a later duplicate, e.g. a second resume, never overrides it).
@@ -295,11 +532,9 @@ class Journal:
     steps: EntryIndex = field(init=False)
     suspends: EntryIndex = field(init=False)
     resumes: EntryIndex = field(init=False)
+    state: RunState = field(default_factory=RunState)
     max_session: int = 0
     first_start: Entry | None = None
-    version: str | None = None
-    source: dict[str, Any] | None = None
-    terminal: Entry | None = None
     step_entries: int = 0
 
     def __post_init__(self) -> None:
@@ -319,19 +554,11 @@ class Journal:
         start, end, number = 0, data.rfind(b"\n") + 1, 0
         while start < end:
             stop = data.index(b"\n", start)
-            line = data[start:stop]
             number += 1
             try:
-                entry = _decode_line(line)
+                entry = _decode_line(data[start:stop])
             except ValueError:
                 entry = None
-            if not isinstance(entry, dict):
-                raise JournalCorruptionError(
-                    f"run {run_id}: line {number} (offset {len(journal.entries)}) is not a JSON"
-                    f" object: {line[:80]!r}",
-                    run_id=run_id,
-                    offset=len(journal.entries),
-                )
             journal._fold(entry, start, number)
             start = stop + 1
         return journal
@@ -341,67 +568,46 @@ class Journal:
         return len(self.entries)
 
     def add(self, entry: Entry, *, line_number: int | None = None) -> None:
-        """Check an entry's envelope and fold it into the indexes."""
+        """Check an entry's envelope and fold it into the indexes and the state."""
         self._fold(entry, entry, line_number)
 
-    def _fold(self, entry: Entry, item: Entry | int, line_number: int | None) -> None:
+    def _fold(self, entry: object, item: Entry | int, line_number: int | None) -> None:
         """`add` `entry`, kept in `entries` as `item`: itself, or its line's position."""
-        expected = len(self.entries)
-        offset, session = entry.get("offset"), entry.get("session")
-        if type(offset) is not int or offset != expected:
-            where = _line_label(line_number, expected)
-            kind = (
-                "duplicate offset"
-                if isinstance(offset, int) and offset < expected
-                else ("offset gap" if isinstance(offset, int) else "missing offset")
-            )
-            raise JournalCorruptionError(
-                f"run {self.run_id}: {kind} at {where}: expected offset {expected}, got {offset!r}",
-                run_id=self.run_id,
-                offset=expected,
-            )
-        if type(session) is not int or session < 1 or not isinstance(entry.get("type"), str):
-            where = _line_label(line_number, expected)
-            raise JournalCorruptionError(
-                f"run {self.run_id}: {where} (offset {offset}) lacks a valid type or session",
-                run_id=self.run_id,
-                offset=offset,
-            )
-        kind = entry["type"]
-        for key in _REQUIRED_TEXT.get(kind, ()):
-            if not isinstance(entry.get(key), str):
-                where = _line_label(line_number, expected)
-                raise JournalCorruptionError(
-                    f"run {self.run_id}: {kind} entry at {where} (offset {offset}) lacks {key!r}",
-                    run_id=self.run_id,
-                    offset=offset,
-                )
+        entry = check_entry(entry, self.run_id, len(self.entries), line_number)
         self.entries._append(item)
+        kind, offset, session = entry["type"], entry["offset"], entry["session"]
         if session > self.max_session:
             self.max_session = session
         if kind == "step":
             self.steps._add(entry["stepId"], offset)
             self.step_entries += 1
-        elif kind == "suspend":
-            self.suspends._add(entry["eventId"], offset)
+            return
+        self.state = reduce_entry(self.state, entry)
+        if kind == "suspend":
+            self.suspends._add(event_id(entry), offset)
         elif kind == "resume":
-            self.resumes._add(entry["eventId"], offset)
-        elif kind == "start":
-            if self.first_start is None:
-                self.first_start = entry
-            if self.version is None and entry.get("version") is not None:
-                self.version = entry["version"]
-            if entry.get("source") is not None:  # a fork of a fork copies its parent's link
-                self.source = entry["source"]
-                # the copied entries are the source's; the code continuing a fork is the fork's
-                self.version = entry.get("version")
-        elif kind in TERMINAL_TYPES and self.terminal is None:
-            self.terminal = entry
+            self.resumes._add(event_id(entry), offset)
+        elif kind == "start" and self.first_start is None:
+            self.first_start = entry
+
+    @property
+    def version(self) -> str | None:
+        return self.state.version
+
+    @property
+    def source(self) -> Source | None:
+        return self.state.source
+
+    @property
+    def terminal(self) -> Entry | None:
+        """The entry that ended the run, if one did."""
+        ended = self.state.ended_offset
+        return self.entries[ended] if ended is not None else None
 
     @property
     def pending_events(self) -> tuple[str, ...]:
         """Ids of suspends with no resume yet, in the order they were journaled."""
-        return tuple(event_id for event_id in self.suspends if event_id not in self.resumes)
+        return self.state.pending_events
 
     def resolve_event(self, event: str) -> tuple[str, bool] | None:
         """Match `event` (an exact event id or a bare event name) to (event id, delivered).
@@ -411,7 +617,7 @@ class Journal:
         """
         if event in self.suspends:
             return event, event in self.resumes
-        pending = [i for i in self.pending_events if self.suspends[i]["event"] == event]
+        pending = [i for i in self.pending_events if event_name(self.suspends[i]) == event]
         if len(pending) > 1:
             raise EventNameCollisionError(
                 f"run {self.run_id}: event {event!r} matches pending suspends "
@@ -420,35 +626,25 @@ class Journal:
             )
         if pending:
             return pending[0], False
-        delivered = [i for i in self.resumes if self.resumes[i]["event"] == event]
+        delivered = [i for i in self.resumes if event_name(self.resumes[i]) == event]
         return (delivered[0], True) if delivered else None
 
-    @property
-    def state(self) -> RunState:
-        if self.terminal is not None:
-            return _STATUS_OF_TERMINAL[self.terminal["type"]]
-        return "suspended" if self.pending_events else "running"
-
     def status(self) -> RunStatus:
-        terminal = self.terminal
-        error = None
-        if terminal is not None and terminal["type"] == "error":
-            raw = terminal.get("error") or {}
-            error = ErrorInfo(str(raw.get("name", "Error")), str(raw.get("message", "")))
-        first, last = (self.entries[0], self.entries[-1]) if self.entries else (None, None)
+        state, entries = self.state, self.entries
+        created = state.created_offset if state.created_offset is not None else 0
         return RunStatus(
             run_id=self.run_id,
-            status=self.state,
-            version=self.version,
-            source=self.source,
+            status=state.status,
+            version=state.version,
+            source=dict(state.source) if state.source is not None else None,
             sessions=self.max_session,
-            entries=len(self.entries),
+            entries=len(entries),
             steps=self.step_entries,
-            pending_events=self.pending_events,
-            result=terminal.get("result") if terminal and terminal["type"] == "complete" else None,
-            error=error,
-            created_at=first.get("timestamp") if first else None,
-            updated_at=last.get("timestamp") if last else None,
+            pending_events=state.pending_events,
+            result=state.result,
+            error=state.error,
+            created_at=entries[created].get("timestamp") if entries else None,
+            updated_at=entries[-1].get("timestamp") if entries else None,
         )
 
 
@@ -468,8 +664,3 @@ def _decode_line(line: bytes) -> Any:
     if end != len(text) and text[end:].strip(" \t\n\r"):
         raise json.JSONDecodeError("Extra data", text, end)
     return value
-
-
-def _line_label(line_number: int | None, offset: int) -> str:
-    """Where a bad entry is, for error messages (built only on the error path)."""
-    return f"line {line_number if line_number is not None else offset + 1}"

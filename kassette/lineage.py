@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 __all__ = ["RunNode", "build_forest", "creation_order", "draw_tree", "tree_lines"]
 
@@ -69,22 +68,19 @@ def build_forest(runs: Iterable[RunNode]) -> tuple[RunNode, ...]:
 
 
 def creation_order(
-    created: Mapping[str, datetime | None], parents: Mapping[str, str | None]
+    created: Mapping[str, float | None], parents: Mapping[str, str | None]
 ) -> list[str]:
     """The run ids of `created` oldest first: by creation time, then fork depth, then run id.
 
-    `created` maps each run to when it was created (None: unknown, such as a journal that
-    cannot be read; those come last), `parents` maps a fork to its source run. A time without
-    a zone is taken as UTC.
+    `created` maps each run to when it was created, as a number that grows with time (POSIX
+    seconds, milliseconds, ...; None: unknown, such as a journal that cannot be read, listed
+    last); `parents` maps a fork to its source run.
     """
     depths = _fork_depths({run_id: parents.get(run_id) for run_id in created})
-    unknown = datetime.min.replace(tzinfo=UTC)
 
-    def key(run_id: str) -> tuple[bool, datetime, int, str]:
+    def key(run_id: str) -> tuple[bool, float, int, str]:
         moment = created[run_id]
-        if moment is not None and moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return (moment is None, moment or unknown, depths[run_id], run_id)
+        return (moment is None, 0.0 if moment is None else moment, depths[run_id], run_id)
 
     return sorted(created, key=key)
 
@@ -113,17 +109,28 @@ def draw_tree(roots: Iterable[RunNode], label: Callable[[RunNode], str]) -> str:
 def _fork_depths(parents: Mapping[str, str | None]) -> dict[str, int]:
     """How many forks away from a root each run is: 0 for a run that is not a fork, 1 for a
     fork of a root or of a run not among `parents`. In a cycle of sources (a hand-edited
-    journal) the run that closes it counts as the fork of a missing run."""
+    journal) the first run walked into counts as the fork of a missing run, as in
+    `build_forest`, where the first listed run of a cycle is a root."""
     depths: dict[str, int] = {}
-    for run_id in parents:
-        chain: dict[str, None] = {}  # the runs walked from run_id up to a known depth
+    for run_id, parent in parents.items():
+        if parent is None:  # most runs: no walk needed
+            depths[run_id] = 0
+            continue
+        chain: list[str] = []  # the runs walked from run_id up to a known depth
+        walked: set[str] = set()
         above: str | None = run_id
         while above is not None and above in parents and above not in depths:
-            if above in chain:
+            if above in walked:  # a cycle: cut it above `above`, whose children follow it
+                cut = chain.index(above)
+                depths[above] = 1
+                for depth, member in enumerate(reversed(chain[cut + 1 :]), start=2):
+                    depths[member] = depth
+                chain = chain[:cut]
                 break
-            chain[above] = None
+            chain.append(above)
+            walked.add(above)
             above = parents[above]
-        # -1: the chain's last run is a root; 0: its source is missing or the cycle closes here
+        # -1: the chain's last run is a root; 0: its source is missing
         depth = -1 if above is None else depths.get(above, 0)
         for member in reversed(chain):
             depth += 1

@@ -11,7 +11,6 @@ only the calling of user code differs.
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -20,6 +19,7 @@ from kassette.clock import Clock, SystemClock
 from kassette.core import (
     _UNSET,
     Run,
+    Step,
     StepIds,
     _ensure_open,
     _open_fork,
@@ -127,23 +127,17 @@ class _ContextBase:
         """True while the journal still holds answers for calls not yet made."""
         return self._run.replaying
 
-    def _recorded(self, name: str, fn: object) -> tuple[str, Any]:
+    def begin_step(self, name: str) -> Step:
+        """The next step named `name` in this context's id scope (a branch has its own): the
+        seam for journaling calls of your own the way `step` does. See `kassette.core.Step`."""
+        return self._run.begin_step(name, ids=self._ids)
+
+    def _begin(self, name: str, fn: object) -> Step:
         if not callable(fn):
             raise InvalidArgumentError(
                 f"step {name!r} needs a callable, got {fn!r}", run_id=self.run_id
             )
-        step_id = self._ids.next(name)
-        entry = self._run.replayed_step(step_id, name, "step")
-        return step_id, (entry["result"] if entry is not None else _UNSET)
-
-    def _record(self, step_id: str, name: str, result: Any, attempts: int, started: float) -> Any:
-        return self._run.append_step(
-            step_id,
-            name,
-            result,
-            attempts=attempts,
-            duration_ms=(time.perf_counter() - started) * 1000,
-        )
+        return self.begin_step(name)
 
     def _suspend(self, event: str, timeout: float | None, reason: str | None) -> Any:
         return self._run.wait_for_event(
@@ -210,10 +204,9 @@ class Context(_ContextBase):
         self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None
     ) -> T:
         """Run `fn` once per run and journal its JSON result; on replay return the record."""
-        step_id, recorded = self._recorded(name, fn)
-        if recorded is not _UNSET:
-            return recorded  # type: ignore[no-any-return]
-        started = time.perf_counter()
+        step = self._begin(name, fn)
+        if step.replayed:
+            return step.result  # type: ignore[no-any-return]
         for attempt, wait, last in _attempts(retry):
             self._run.clock.sleep(wait)
             try:
@@ -225,7 +218,7 @@ class Context(_ContextBase):
                 if last:
                     raise
                 continue
-            return self._record(step_id, name, result, attempt, started)  # type: ignore[no-any-return]
+            return step.record(result, attempts=attempt)  # type: ignore[no-any-return]
         raise AssertionError("unreachable")
 
     def suspend(
@@ -266,10 +259,9 @@ class AsyncContext(_ContextBase):
         self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None
     ) -> T:
         """Run `fn` once per run and journal its JSON result; on replay return the record."""
-        step_id, recorded = self._recorded(name, fn)
-        if recorded is not _UNSET:
-            return recorded  # type: ignore[no-any-return]
-        started = time.perf_counter()
+        step = self._begin(name, fn)
+        if step.replayed:
+            return step.result  # type: ignore[no-any-return]
         for attempt, wait, last in _attempts(retry):
             await self._run.clock.sleep_async(wait)
             try:
@@ -281,7 +273,7 @@ class AsyncContext(_ContextBase):
                 if last:
                     raise
                 continue
-            return self._record(step_id, name, result, attempt, started)  # type: ignore[no-any-return]
+            return step.record(result, attempts=attempt)  # type: ignore[no-any-return]
         raise AssertionError("unreachable")
 
     async def suspend(

@@ -32,8 +32,8 @@ from kassette.journal import (
     format_timestamp,
     parse_timestamp,
     validate_name,
-    validate_run_id,
 )
+from kassette.storage import validate_run_id
 from kassette.storage.local import LocalStorage
 from kassette.testing import FakeClock
 
@@ -225,7 +225,7 @@ def test_encode_refuses_nan() -> None:
 def test_empty_journal_parses_empty() -> None:
     journal = Journal.parse(b"", "r1")
     assert journal.entries == [] and journal.next_offset == 0 and journal.max_session == 0
-    assert journal.state == "running"
+    assert journal.state.status == "running"
     assert journal.status().created_at is None
 
 
@@ -302,7 +302,7 @@ def test_unknown_entry_types_are_skipped_but_counted() -> None:
     )
     assert journal.next_offset == 5 and journal.max_session == 2
     assert list(journal.steps) == ["a"] and journal.steps["a"]["offset"] == 2
-    assert journal.state == "suspended"
+    assert journal.state.status == "suspended"
     status = journal.status()
     assert status.entries == 5 and status.steps == 1 and status.pending_events == ("approval",)
 
@@ -344,7 +344,7 @@ def test_first_record_is_authoritative() -> None:
 )
 def test_status_is_derived_from_the_journal(tail: list[dict[str, Any]], state: str) -> None:
     journal = journal_of(start(version="v1"), *tail)
-    assert journal.state == state
+    assert journal.state.status == state
     status = journal.status()
     assert status.status == state and status.run_id == "r1" and status.version == "v1"
     assert status.entries == 1 + len(tail)
@@ -408,7 +408,7 @@ def test_status_html_escapes() -> None:
 
 def test_first_terminal_entry_decides() -> None:
     journal = journal_of(start(), entry(1, "complete", result=1), entry(2, "cancel", reason="x"))
-    assert journal.state == "completed" and journal.terminal is not None
+    assert journal.state.status == "completed" and journal.terminal is not None
     assert journal.terminal["offset"] == 1
     assert {"complete", "error", "cancel"} == TERMINAL_TYPES
 

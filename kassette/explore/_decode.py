@@ -15,9 +15,9 @@ where kassette's own reader would.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,8 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from kassette.errors import JournalCorruptionError
-from kassette.journal import TERMINAL_TYPES
+from kassette.journal import REQUIRED_TEXT, RunState, check_entry, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode"]
 
@@ -87,7 +86,6 @@ _READ_SCHEMA = pa.schema(
 _PARSE_OPTIONS = pa_json.ParseOptions(
     explicit_schema=_READ_SCHEMA, unexpected_field_behavior="ignore"
 )
-_STATUS_OF_TERMINAL = {"complete": "completed", "error": "failed", "cancel": "canceled"}
 _SCAN_WINDOW = 1 << 22  # bytes searched for newlines at a time
 _MAX_VIEW_BYTES = 1 << 31  # string views address their data with 32-bit offsets
 _CANONICAL = (
@@ -188,6 +186,13 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         parsed.column(name).null_count for name in ("type", "session", "offset", "timestamp")
     ):
         return None
+    kinds = parsed.column("type")
+    for kind, required in REQUIRED_TEXT.items():
+        rows = pc.equal(kinds, kind)
+        for keys in required:
+            missing = [pc.is_null(parsed.column(key)) for key in keys]
+            if pc.any(pc.and_(rows, functools.reduce(pc.and_, missing))).as_py():
+                return None  # the general path raises as `Journal.parse` does
     offsets = parsed.column("offset").to_numpy()
     first_row = np.repeat(np.cumsum(counts) - counts, counts)
     if (offsets != np.arange(total) - first_row).any():
@@ -199,7 +204,6 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     payload_starts = _payload_starts(batch.data, starts, ends, parsed)
     if payload_starts is None:
         return None
-    kinds = parsed.column("type")
     is_step = pc.equal(kinds, "step")
     run_ids = pa.array(batch.run_ids, pa.string()).take(
         np.repeat(np.arange(len(batch.run_ids)), counts)
@@ -285,35 +289,11 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
     lines = data.split(b"\n")[:-1]
     for number, line in enumerate(lines, start=1):
         try:
-            entry = json.loads(line)
+            decoded = json.loads(line)
         except ValueError:
-            entry = None
-        expected = number - 1
-        if not isinstance(entry, dict):
-            raise JournalCorruptionError(
-                f"run {run_id}: line {number} is not a JSON object: {line[:80]!r}",
-                run_id=run_id,
-                offset=expected,
-            )
-        offset, session, kind = entry.get("offset"), entry.get("session"), entry.get("type")
-        if type(offset) is not int or offset != expected:
-            problem = (
-                "missing offset"
-                if type(offset) is not int
-                else ("duplicate offset" if offset < expected else "offset gap")
-            )
-            raise JournalCorruptionError(
-                f"run {run_id}: {problem} at line {number}: expected offset {expected}, "
-                f"got {offset!r}",
-                run_id=run_id,
-                offset=expected,
-            )
-        if type(session) is not int or session < 1 or not isinstance(kind, str):
-            raise JournalCorruptionError(
-                f"run {run_id}: line {number} (offset {offset}) lacks a valid type or session",
-                run_id=run_id,
-                offset=offset,
-            )
+            decoded = None
+        entry = check_entry(decoded, run_id, number - 1, number)
+        offset, session, kind = entry["offset"], entry["session"], entry["type"]
         step_id = _text(entry.get("stepId"))
         columns["run_id"].append(run_id)
         columns["offset"].append(offset)
@@ -352,22 +332,11 @@ def _parse_time(value: object) -> datetime | None:
 # -- runs --------------------------------------------------------------------------------------
 
 
-@dataclass
-class _RunState:
-    """What a run's status needs, folded from its non-step entries in offset order."""
-
-    version: str | None = None
-    source: dict[str, Any] | None = None
-    source_row: int | None = None
-    terminal: str | None = None
-    terminal_row: int | None = None
-    error: str | None = None
-    suspends: dict[str, None] = field(default_factory=dict)
-    resumes: set[str] = field(default_factory=set)
-
-
 def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Table:
-    """One row per run, with its status derived from its entries as `kassette.journal` does."""
+    """One row per run, its state folded from its entries by `kassette.journal.reduce_entry`.
+
+    Steps do not change a run's state, so only the other entries are decoded and folded.
+    """
     first = np.cumsum(count) - count
     present = count > 0
     sessions = np.zeros(len(count), dtype=np.int64)
@@ -377,34 +346,36 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         is_step = pc.equal(entries.column("type"), "step").to_numpy(zero_copy_only=False)
         sessions[present] = np.maximum.reduceat(session_column, first[present])
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
-    states = [_RunState() for _ in run_ids]
+    states = [RunState() for _ in run_ids]
     is_control = pc.not_equal(entries.column("type"), "step")
     control = pc.indices_nonzero(is_control).to_numpy().astype(np.int64)
     owner = np.searchsorted(first, control, side="right") - 1
     kinds = entries.column("type").take(control).to_pylist()
-    ids = entries.column("step_id").take(control).to_pylist()
-    events = entries.column("event").take(control).to_pylist()
-    names = entries.column("name").take(control).to_pylist()
+    offsets = entries.column("offset").take(control).to_pylist()
     values = entries.column("value").take(control).to_pylist()
-    for row, run, kind, event_id, event, name, value in zip(
-        control.tolist(), owner.tolist(), kinds, ids, events, names, values, strict=True
-    ):
-        _fold(states[run], row, kind, event_id or event or name, value)
+    for run, kind, offset, value in zip(owner.tolist(), kinds, offsets, values, strict=True):
+        entry = json.loads(value)
+        entry["type"], entry["offset"] = kind, offset
+        states[run] = reduce_entry(states[run], entry)
+    starts, has_rows = first.tolist(), present.tolist()
+    started_rows = [
+        start + (state.created_offset or 0) if has else None
+        for state, start, has in zip(states, starts, has_rows, strict=True)
+    ]
+    ended_rows = [
+        start + state.ended_offset if state.ended_offset is not None else None
+        for state, start in zip(states, starts, strict=True)
+    ]
     timestamps = entries.column("timestamp")
-    started_rows: list[int | None] = []
-    for state, start, has_rows in zip(states, first.tolist(), present.tolist(), strict=True):
-        started_rows.append(state.source_row if state.source_row is not None else start)
-        if not has_rows:
-            started_rows[-1] = None
     started = _take_times(timestamps, started_rows)
-    ended = _take_times(timestamps, [state.terminal_row for state in states])
+    ended = _take_times(timestamps, ended_rows)
     duration = pc.divide(
         pc.cast(pc.subtract(ended, started), pa.int64()), pa.scalar(1000.0, pa.float64())
     )
     return pa.Table.from_arrays(
         [
             pa.array(run_ids, pa.string()),
-            pa.array([_status(state) for state in states], pa.string()),
+            pa.array([state.status for state in states], pa.string()),
             pa.array([state.version for state in states], pa.string()),
             pa.array([_source_field(state, "runId", str) for state in states], pa.string()),
             pa.array([_source_field(state, "fromOffset", int) for state in states], pa.int64()),
@@ -413,48 +384,14 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
             started,
             ended,
             duration,
-            pa.array(
-                [[e for e in s.suspends if e not in s.resumes] for s in states],
-                pa.list_(pa.string()),
-            ),
-            pa.array([state.error for state in states], pa.string()),
+            pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
+            pa.array([str(s.error) if s.error else None for s in states], pa.string()),
         ],
         schema=RUN_SCHEMA,
     )
 
 
-def _fold(state: _RunState, row: int, kind: str, event_id: str | None, value: str) -> None:
-    if kind == "start":
-        payload = json.loads(value)
-        version, source = payload.get("version"), payload.get("source")
-        if state.version is None and isinstance(version, str):
-            state.version = version
-        if isinstance(source, dict):  # a fork of a fork copies its parent's link: last wins
-            state.source, state.source_row = source, row
-    elif kind == "suspend" and event_id is not None:
-        state.suspends.setdefault(event_id)
-    elif kind == "resume" and event_id is not None:
-        state.resumes.add(event_id)
-    elif kind in TERMINAL_TYPES and state.terminal is None:
-        state.terminal, state.terminal_row = kind, row
-        if kind == "error":
-            state.error = _error_text(json.loads(value).get("error"))
-
-
-def _error_text(error: object) -> str:
-    if isinstance(error, dict):
-        name, message = error.get("name", "Error"), error.get("message", "")
-        return f"{name}: {message}" if message else str(name)
-    return str(error)
-
-
-def _status(state: _RunState) -> str:
-    if state.terminal is not None:
-        return _STATUS_OF_TERMINAL[state.terminal]
-    return "suspended" if any(e not in state.resumes for e in state.suspends) else "running"
-
-
-def _source_field(state: _RunState, key: str, kind: type) -> Any:
+def _source_field(state: RunState, key: str, kind: type) -> Any:
     value = state.source.get(key) if state.source else None
     return value if isinstance(value, kind) and not isinstance(value, bool) else None
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
+from kassette.lineage import creation_order
 from kassette.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -150,6 +151,9 @@ class Journals:
 def load(storage_or_url: Storage | str, *, run_ids: Iterable[str] | None = None) -> Journals:
     """Read runs (all of them, or `run_ids` in that order) into a `Journals`.
 
+    All runs are listed oldest first, as `kassette list` lists them: by `started_at`, then
+    fork depth (a fork follows its source), then run id.
+
     Accepts a `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`). Journals
     written by upstream TypeScript kassette load too. A run named in `run_ids` that does not
     exist raises `RunNotFoundError`; a corrupt journal raises `JournalCorruptionError`.
@@ -161,7 +165,20 @@ def load(storage_or_url: Storage | str, *, run_ids: Iterable[str] | None = None)
         decoded = [decode(Batch())]
     entries = pa.concat_tables([entries for entries, _ in decoded])
     runs = pa.concat_tables([runs for _, runs in decoded])
+    if wanted is None:
+        runs = _oldest_first(runs)
     return Journals(entries, runs, storage=storage, run_ids=wanted)
+
+
+def _oldest_first(runs: pa.Table) -> pa.Table:
+    run_ids = runs.column("run_id").to_pylist()
+    started = pc.cast(runs.column("started_at"), pa.int64()).to_pylist()  # ms: no datetimes
+    order = creation_order(
+        dict(zip(run_ids, started, strict=True)),
+        dict(zip(run_ids, runs.column("parent_run_id").to_pylist(), strict=True)),
+    )
+    row = {run_id: index for index, run_id in enumerate(run_ids)}
+    return runs.take(pa.array([row[run_id] for run_id in order], pa.int64()))
 
 
 def unique_run_ids(run_ids: Iterable[str] | None) -> list[str] | None:

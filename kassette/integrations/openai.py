@@ -20,7 +20,6 @@ Every other attribute of the client passes through unjournaled.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
@@ -36,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         'pip install "kassette[openai]"'
     ) from exc
 
-from kassette.core import Run, StepIds
+from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
 from kassette.journal import validate_name
 from kassette.workflow import AsyncContext, Context
@@ -68,24 +67,21 @@ def journaled(
         raise InvalidArgumentError(
             f"journaled() wraps an openai.OpenAI or AsyncOpenAI, not {client!r}"
         )
-    if isinstance(ctx, Context | AsyncContext):
-        run, ids = ctx._run, ctx._ids  # the context's run and id scope (a branch has its own)
-    elif isinstance(ctx, Run):
-        run, ids = ctx, ctx.ids
-    else:
+    if not isinstance(ctx, Context | AsyncContext | Run):
         raise InvalidArgumentError(f"journaled() needs the workflow's ctx or a Run, not {ctx!r}")
     if name is not None:
         validate_name(name)
-    recorder = _Recorder(run, ids, name, asynchronous=isinstance(client, AsyncOpenAI))
+    recorder = _Recorder(ctx, name, asynchronous=isinstance(client, AsyncOpenAI))
     return cast(Client, _JournaledClient(client, recorder))
 
 
 class _Recorder:
-    """Where a wrapped client's calls are journaled: a run, an id scope, a step name."""
+    """Where a wrapped client's calls are journaled: a context or run, and a step name."""
 
-    def __init__(self, run: Run, ids: StepIds, name: str | None, *, asynchronous: bool) -> None:
-        self.run = run
-        self.ids = ids
+    def __init__(
+        self, ctx: Context | AsyncContext | Run, name: str | None, *, asynchronous: bool
+    ) -> None:
+        self.ctx = ctx
         self.name = name
         self.asynchronous = asynchronous
 
@@ -97,38 +93,30 @@ class _Call:
     """One journaled call: its step id, and the recorded answer if the journal has one."""
 
     def __init__(self, recorder: _Recorder, method: str, stream: bool) -> None:
-        self.run = recorder.run
         self.method = method
-        self.name = recorder.name or method
         self.stream = stream
-        self.step_id = recorder.ids.next(self.name)
-        self.entry = self.run.replayed_step(self.step_id, self.name, "step")
-        self.started = time.perf_counter()
+        self.step = recorder.ctx.begin_step(recorder.name or method)
 
     def replayed(self) -> Any:
         """The recorded response, or a list of the recorded chunks, as SDK objects."""
-        assert self.entry is not None
-        result = self.entry["result"]
+        step = self.step
+        result = step.result
         recorded_stream = isinstance(result, dict) and set(result) == {"stream"}
         if recorded_stream != self.stream:
+            run_id = step.run.run_id
             raise ReplayMismatchError(
-                f"run {self.run.run_id}: journal has a {_shape(recorded_stream)} at "
-                f"{self.step_id}, the code asks for a {_shape(self.stream)}",
-                run_id=self.run.run_id,
-                step_id=self.step_id,
-                offset=self.entry["offset"],
+                f"run {run_id}: journal has a {_shape(recorded_stream)} at "
+                f"{step.step_id}, the code asks for a {_shape(self.stream)}",
+                run_id=run_id,
+                step_id=step.step_id,
+                offset=step.entry["offset"] if step.entry else None,
             )
         if self.stream:
             return [_rebuild(self.method, True, chunk) for chunk in result["stream"]]
         return _rebuild(self.method, False, result)
 
     def record(self, result: Any) -> None:
-        self.run.append_step(
-            self.step_id,
-            self.name,
-            result,
-            duration_ms=(time.perf_counter() - self.started) * 1000,
-        )
+        self.step.record(result)
 
     def record_response(self, response: Any) -> Any:
         self.record(response.to_dict(mode="json"))
@@ -203,7 +191,7 @@ class _Create(_Passthrough):
         if self._recorder.asynchronous:
             return self._create_async(kwargs)
         call = self._recorder.call(self._method, kwargs)
-        if call.entry is not None:
+        if call.step.replayed:
             replayed = call.replayed()
             return _ReplayedStream(replayed) if call.stream else replayed
         response = self._wrapped.create(**kwargs)
@@ -213,7 +201,7 @@ class _Create(_Passthrough):
 
     async def _create_async(self, kwargs: dict[str, Any]) -> Any:
         call = self._recorder.call(self._method, kwargs)
-        if call.entry is not None:
+        if call.step.replayed:
             replayed = call.replayed()
             return _AsyncReplayedStream(replayed) if call.stream else replayed
         response = await self._wrapped.create(**kwargs)

@@ -10,6 +10,7 @@ backend gets it for free. Backends are found by URL scheme and imported lazily.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -17,7 +18,19 @@ from typing import Protocol, runtime_checkable
 
 from kassette.errors import InvalidArgumentError
 
-__all__ = ["Snapshot", "Storage", "open_storage", "register_scheme"]
+__all__ = ["Snapshot", "Storage", "open_storage", "register_scheme", "validate_run_id"]
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def validate_run_id(run_id: object) -> str:
+    """Return `run_id` if it is a safe file and object name, else raise before any I/O."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise InvalidArgumentError(
+            f"invalid run id {run_id!r}: use 1-200 of A-Z a-z 0-9 . _ - , starting with a letter"
+            " or digit"
+        )
+    return run_id
 
 
 @dataclass(frozen=True)

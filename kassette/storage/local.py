@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kassette.errors import ConflictError, RunLockedError, StorageError
-from kassette.journal import validate_run_id
-from kassette.storage import Snapshot
+from kassette.storage import Snapshot, validate_run_id
 
 __all__ = ["LocalStorage"]
 

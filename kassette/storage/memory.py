@@ -7,8 +7,7 @@ import threading
 from collections.abc import Iterator
 
 from kassette.errors import ConflictError, RunLockedError
-from kassette.journal import validate_run_id
-from kassette.storage import Snapshot
+from kassette.storage import Snapshot, validate_run_id
 
 __all__ = ["MemoryStorage"]
 

@@ -30,8 +30,7 @@ from kassette.errors import (
     RunNotFoundError,
     StorageError,
 )
-from kassette.journal import validate_run_id
-from kassette.storage import Snapshot
+from kassette.storage import Snapshot, validate_run_id
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -14,14 +14,15 @@ from kassette.lineage import build_forest
 
 def test_forest_structure(scenario: Scenario) -> None:
     forest = kx.lineage(kx.load(scenario.storage))
+    # oldest first, not in run id order
     assert [root.run_id for root in forest.roots] == [
-        "canceled",
-        "failed",
-        "parallel",
-        "resumed",
-        "retried",
         "single",
+        "failed",
         "suspended",
+        "resumed",
+        "canceled",
+        "parallel",
+        "retried",
     ]
     single = forest["single"]
     assert [child.run_id for child in single.children] == ["forked"]
@@ -33,15 +34,15 @@ def test_forest_structure(scenario: Scenario) -> None:
     assert forest.depth("refork") == 2 and forest.depth("single") == 0
     assert len(forest) == 9 and "refork" in forest and "nope" not in forest
     assert [node.run_id for node in forest] == [
-        "canceled",
-        "failed",
-        "parallel",
-        "resumed",
-        "retried",
         "single",
         "forked",
         "refork",
+        "failed",
         "suspended",
+        "resumed",
+        "canceled",
+        "parallel",
+        "retried",
     ]
     with pytest.raises(RunNotFoundError):
         forest["nope"]

@@ -43,6 +43,7 @@ def test_run_tree_legend_names_the_colour_of_each_status(scenario: Scenario) -> 
     for run_id, button in tree.nodes.items():
         assert legend[button.style.button_color] == tree.lineage[run_id].status
     assert "other" not in tree.legend.value
+    assert tree.legend._dom_classes == ("kassette-legend",)  # what the browser test finds
 
 
 def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
@@ -54,7 +55,7 @@ def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
 
 def test_selecting_a_node_shows_its_entries(scenario: Scenario) -> None:
     tree = kx.RunTree(kx.load(scenario.storage))
-    assert tree.selected == "canceled"  # the first run shown
+    assert tree.selected == "single"  # the first run shown: the oldest
     tree.nodes["resumed"].click()
     assert tree.selected == "resumed"
     entries = read_journal(scenario.storage, "resumed").entries
@@ -71,11 +72,14 @@ def test_selecting_a_node_shows_its_entries(scenario: Scenario) -> None:
 
 
 def test_update_keeps_the_selection_and_shows_new_runs(scenario: Scenario) -> None:
-    tree = kx.RunTree(kx.load(scenario.storage), selected="single")
+    tree = kx.RunTree(kx.load(scenario.storage), selected="resumed")
     scenario.workflow.fork("single", step="plan", new_run_id="again")
     tree.update(kx.load(scenario.storage))
-    assert tree.selected == "single" and "again" in tree.nodes
-    assert repr(tree).startswith("RunTree: 10 runs, selected single\ncanceled (canceled")
+    assert tree.selected == "resumed" and "again" in tree.nodes
+    assert repr(tree).startswith(
+        "RunTree: 10 runs, selected resumed\nsingle (completed, 2 steps)\n"
+        "├── again (completed, from offset 1, 2 steps)\n└── forked"
+    )
 
 
 def test_fork_explorer_picks_a_point_and_forks(scenario: Scenario) -> None:
@@ -113,6 +117,7 @@ def test_fork_explorer_picks_a_point_and_forks(scenario: Scenario) -> None:
 def test_fork_explorer_says_what_a_press_of_fork_would_fork(scenario: Scenario) -> None:
     explorer = kx.ForkExplorer(scenario.workflow, "single")
     assert explorer.target in explorer.children
+    assert "kassette-fork-target" in explorer.target._dom_classes
     assert explorer.target.value == (
         "Fork will branch <b>single</b> at offset 1 into a new run (random id): "
         "it keeps entry 0 and runs again from entry 1 (step <b>plan</b>)."
