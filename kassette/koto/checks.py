@@ -3,7 +3,7 @@
 `Checks` is the half of the compiler that validates what one front-matter field declares and
 builds its compiled form, plus the whole-template checks run on the compiled states
 (reachability, `{{VARIABLE}}` references). Every problem is recorded with its line through
-`problem`; the compiler in `kassette.koto.template` reports them all at once.
+`problem`; the compiler in `kassette.koto.compiler` reports them all at once.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Collection
 from typing import Any
 
 from kassette.koto.frontmatter import Mapping, Sequence
+from kassette.koto.names import check_key
 
 __all__ = ["DEFAULT_GATE_TIMEOUT", "FIELD_TYPES", "GATE_OUTPUTS", "RUNTIME_VARIABLES", "Checks"]
 
@@ -209,8 +210,6 @@ class Checks:
                         f"gate {name!r} has an invalid regular expression: {exc}",
                     )
             if "key" in gate and not REFERENCE.search(gate["key"]):
-                from kassette.koto.context import check_key
-
                 try:
                     check_key(gate["key"])
                 except ValueError as exc:

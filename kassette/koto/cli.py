@@ -1,18 +1,20 @@
 """The `koto` command: Markdown-template state machines for coding agents, on kassette journals.
 
-    koto init NAME --template T.md [--var K=V]...    start a session
+    koto init NAME --template T.md [--var K=V]... [--execution-dir DIR]    start a session
     koto next NAME [--with-data JSON|@file] [--to STATE] [--full] [--no-cleanup]
     koto rewind NAME | cancel NAME [--cleanup] | status NAME
     koto context add|get|exists|list|remove NAME [KEY] ...
-    koto template compile T.md | export T.md [--format mermaid|html] [--output FILE]
+    koto template compile T.md [--allow-legacy-gates]
+    koto template export T.md [--format mermaid|html] [--output FILE]
     koto session list | dir NAME | cleanup NAME
     koto config get|set|unset|list ...
 
 A thin skin over `kassette.koto`: every verb prints one JSON value on stdout (`session dir`,
 `config get` and `context get` print plain text or bytes). Errors are JSON on stdout too:
 `{"error": {"code", "message", "details"}}` from `next`, `{"error": MESSAGE, "code",
-"command"}` from the other verbs. Exit codes: 0 ok (a blocked gate is an answer), 1 transient,
-2 the caller's mistake, 3 template or infrastructure (see kassette/koto/errors.py).
+"command"}` from the other verbs. Warnings (a template's W3, legacy gates) go to stderr. Exit
+codes: 0 ok (a blocked gate is an answer), 1 transient, 2 the caller's mistake, 3 template or
+infrastructure (see kassette/koto/errors.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from kassette.errors import KassetteError
 from kassette.koto.errors import EXIT_INFRASTRUCTURE, EXIT_OK, KotoError
 
 __all__ = ["main"]
@@ -52,6 +55,12 @@ def _init_verb(command: argparse.ArgumentParser) -> None:
     command.add_argument("name")
     command.add_argument("--template", required=True, help="the template's Markdown file")
     command.add_argument("--var", action="append", default=[], metavar="KEY=VALUE")
+    command.add_argument(
+        "--execution-dir", metavar="DIR", help="where gates run (default: this directory)"
+    )
+    command.add_argument(
+        "--allow-legacy-gates", action="store_true", help="no warning for gates without routing"
+    )
 
 
 def _next_verb(command: argparse.ArgumentParser) -> None:
@@ -94,7 +103,13 @@ def _context_verb(command: argparse.ArgumentParser) -> None:
 
 def _template_verb(command: argparse.ArgumentParser) -> None:
     actions = _actions(command)
-    actions.add_parser("compile", help="print the compiled JSON").add_argument("source")
+    action = actions.add_parser("compile", help="print the compiled JSON")
+    action.add_argument("source")
+    action.add_argument(
+        "--allow-legacy-gates",
+        action="store_true",
+        help="accept states whose gates no `when` routes on (they only block)",
+    )
     action = actions.add_parser("export", help="draw it as Mermaid or HTML")
     action.add_argument("source", help="a template (.md) or a compiled template (.json)")
     action.add_argument("--format", choices=("mermaid", "html"), default="mermaid")
@@ -161,6 +176,11 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, sort_keys=True) + "\n")
 
 
+def _print_warnings(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        sys.stderr.write(f"warning: {warning}\n")
+
+
 def _print_bytes(data: bytes) -> None:
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
@@ -194,7 +214,21 @@ def _run(args: argparse.Namespace) -> int:
 
         store = _store()
         if verb == "init":
-            _print_json(session.init(store, args.name, args.template, args.var))
+            from kassette.koto.compiler import compile_template
+
+            template = compile_template(args.template, allow_legacy_gates=True)
+            _print_warnings(
+                [w for w in template.warnings if not (args.allow_legacy_gates and " D5: " in w)]
+            )
+            answer = session.init(
+                store,
+                args.name,
+                template,
+                args.template,
+                args.var,
+                execution_dir=args.execution_dir,
+            )
+            _print_json(answer)
         elif verb == "next":
             _print_json(
                 engine.next_step(
@@ -253,17 +287,18 @@ def _context(args: argparse.Namespace) -> int:
 
 
 def _template(args: argparse.Namespace) -> int:
-    from kassette.koto.template import Template, TemplateError, compile_template
+    from kassette.koto.compiler import compile_template
+    from kassette.koto.template import Template
 
-    try:
-        if args.action == "export" and args.source.endswith(".json"):
+    if args.action == "export" and args.source.endswith(".json"):
+        try:
             template = Template.from_json(Path(args.source).read_bytes())
-        else:
-            template = compile_template(args.source)
-    except TemplateError as exc:
-        raise KotoError.from_template(exc) from exc
-    except (OSError, ValueError) as exc:
-        raise KotoError("template_error", f"cannot read {args.source}: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            raise KotoError("template_error", f"cannot read {args.source}: {exc}") from exc
+    else:
+        strict = args.action == "compile" and not args.allow_legacy_gates
+        template = compile_template(args.source, allow_legacy_gates=not strict)
+        _print_warnings(template.warnings)
     if args.action == "compile":
         _print_bytes(template.text)
         return EXIT_OK
@@ -280,7 +315,7 @@ def _template(args: argparse.Namespace) -> int:
 
 def _session(args: argparse.Namespace) -> int:
     from kassette.koto.config import koto_home
-    from kassette.koto.store import session_dir, validate_name
+    from kassette.koto.names import session_dir, validate_name
 
     if args.action == "dir":
         sys.stdout.write(f"{session_dir(koto_home(), validate_name(args.name))}\n")
@@ -346,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KotoError as exc:
         _report(exc, verb)
         return exc.exit_code
+    except KassetteError as exc:  # storage failing underneath koto (S3 unreachable, ...)
+        failure = KotoError("persistence_error", f"storage failed: {exc}")
+        _report(failure, verb)
+        return failure.exit_code
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_INFRASTRUCTURE

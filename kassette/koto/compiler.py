@@ -5,22 +5,30 @@
 fences do not count; in the full form only headings naming a declared state start a section)
 and builds the compiled states of the full form or of the simple form. Field checks come from
 `kassette.koto.checks`. Every problem is collected with its line, and reported together.
+
+Two things are warnings, printed by the `koto` command on stderr, not errors: W3, a terminal
+state named like a failure (`block`, `fail`, `error`) without `failure: true`; and, for
+`koto init` or `--allow-legacy-gates`, a *legacy-gate* state: one with gates that no `when`
+condition routes on (`gates.<gate>.<field>`), which just blocks until its gates pass. `koto
+template compile` refuses such a state unless given `--allow-legacy-gates`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kassette.koto.checks import REFERENCE, Checks
+from kassette.koto.checks import GATE_OUTPUTS, REFERENCE, Checks
 from kassette.koto.frontmatter import Mapping, YamlError, parse
 from kassette.koto.template import FORMAT_VERSION, SIMPLE_FORM_FIELD, Template, TemplateError
 
-__all__ = ["Compiler"]
+__all__ = ["Compiler", "compile_template", "compile_text"]
 
 _TOP_FIELDS = {"name", "version", "description", "initial_state", "variables", "states"}
-_STATE_FIELDS = {"transitions", "terminal", "accepts", "gates"}
+_STATE_FIELDS = {"transitions", "terminal", "failure", "accepts", "gates"}
+_FAILURE_WORDS = ("block", "fail", "error")
 _STATE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _HEADING = re.compile(r"##[ \t]+(.+?)[ \t]*#*[ \t]*")
 _FENCE = re.compile(r"[ ]{0,3}(```|~~~)")
@@ -35,15 +43,37 @@ class _Section:
     body: list[tuple[int, str]]  # (line number, text)
 
 
+def compile_template(path: str | Path, *, allow_legacy_gates: bool = False) -> Template:
+    """Compile the template file at `path`; `TemplateError` lists every problem found."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TemplateError(str(path), [(0, f"cannot read template: {exc}")]) from exc
+    return compile_text(text, str(path), allow_legacy_gates=allow_legacy_gates)
+
+
+def compile_text(
+    text: str, path: str = "<template>", *, allow_legacy_gates: bool = False
+) -> Template:
+    """Compile a template's source text; `path` names it in errors and warnings."""
+    compiler = Compiler(path, allow_legacy_gates=allow_legacy_gates)
+    return compiler.compile(text.lstrip("\ufeff").replace("\r\n", "\n"))
+
+
 class Compiler(Checks):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, allow_legacy_gates: bool = False) -> None:
         self.path = path
+        self.allow_legacy_gates = allow_legacy_gates
         self.problems: list[tuple[int, str]] = []
+        self.warnings: list[tuple[int, str]] = []
         self.state_lines: dict[str, int] = {}
         self.references: list[tuple[int, str]] = []  # (line, variable) of every {{VARIABLE}}
 
     def problem(self, line: int, message: str) -> None:
         self.problems.append((line, message))
+
+    def warn(self, line: int, message: str) -> None:
+        self.warnings.append((line, message))
 
     def fail(self) -> TemplateError:
         return TemplateError(self.path, self.problems)
@@ -86,7 +116,12 @@ class Compiler(Checks):
         self.check_graph(data)  # needs every target to be a state
         if self.problems:
             raise self.fail()
-        return Template.from_data(data)
+        compiled = Template.from_data(data)
+        compiled.warnings = tuple(
+            f"{self.path}:{line}: {message}" if line else f"{self.path}: {message}"
+            for line, message in sorted(self.warnings)
+        )
+        return compiled
 
     def full_form(self, front: Mapping, body: list[tuple[int, str]]) -> tuple[dict[str, Any], str]:
         states_spec = front["states"]
@@ -132,8 +167,26 @@ class Compiler(Checks):
                     f"state {name!r} has no transitions and is not terminal "
                     "(a dead end): add transitions or 'terminal: true'",
                 )
+            failure = spec.get("failure", False)
+            if not isinstance(failure, bool):
+                self.problem(spec.lines["failure"], "'failure' must be true or false")
+            elif failure and terminal is not True:
+                self.problem(
+                    spec.lines["failure"],
+                    f"'failure' marks a terminal state, and {name!r} is not terminal",
+                )
+            if terminal is True and failure is not True and _sounds_like_failure(name):
+                self.warn(
+                    line,
+                    f"W3: terminal state {name!r} is named like a failure but does not set "
+                    "'failure: true' (set it, or rename the state if it is a success)",
+                )
+            if gates:
+                self.check_gate_routing(name, spec, gates, transitions)
             if terminal is True:
                 state["terminal"] = True
+            if terminal is True and failure is True:
+                state["failure"] = True
             if transitions:
                 state["transitions"] = transitions
             if accepts:
@@ -142,6 +195,29 @@ class Compiler(Checks):
                 state["gates"] = gates
             states[name] = state
         return states, initial or ""
+
+    def check_gate_routing(
+        self,
+        name: str,
+        spec: Mapping,
+        gates: dict[str, Any],
+        transitions: list[dict[str, Any]],
+    ) -> None:
+        """A legacy-gate state (gates that no `when` routes on): an error unless allowed."""
+        routed = any(key.startswith("gates.") for t in transitions for key in t.get("when", {}))
+        if routed:
+            return
+        fields = ", ".join(
+            f"gates.{gate}.{field}" for gate in gates for field in GATE_OUTPUTS[gates[gate]["type"]]
+        )
+        message = (
+            f"D5: state {name!r} has gates ({', '.join(gates)}) that no 'when' condition routes on "
+            f"(legacy gates): add a 'when' on {fields}, or allow legacy gates"
+        )
+        if self.allow_legacy_gates:
+            self.warn(spec.lines["gates"], message + "; they only block until they pass")
+        else:
+            self.problem(spec.lines["gates"], message + " with --allow-legacy-gates")
 
     def simple_form(
         self, front: Mapping, body: list[tuple[int, str]]
@@ -261,6 +337,11 @@ class Compiler(Checks):
             for variable in REFERENCE.findall(text):
                 self.references.append((number, variable))
         return state
+
+
+def _sounds_like_failure(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _FAILURE_WORDS)
 
 
 def _join(lines: list[tuple[int, str]]) -> str:

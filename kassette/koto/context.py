@@ -13,27 +13,10 @@ from hashlib import sha256
 
 from kassette.koto import session
 from kassette.koto.errors import KotoError
+from kassette.koto.names import check_key
 from kassette.koto.store import SessionStore
 
-__all__ = ["add", "check_key", "exists", "get", "keys", "read_content", "remove"]
-
-MAX_KEY_LENGTH = 255
-
-
-def check_key(key: str) -> str:
-    """A context key: relative, `/`-separated, no empty, `.` or `..` parts; raises ValueError."""
-    problem = None
-    if not key or len(key) > MAX_KEY_LENGTH:
-        problem = f"keys have 1-{MAX_KEY_LENGTH} characters"
-    elif key.startswith("/"):
-        problem = "keys are relative, not absolute paths"
-    elif "\\" in key or any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
-        problem = "keys may not contain '\\' or control characters"
-    elif any(part in ("", ".", "..") for part in key.split("/")):
-        problem = "key parts may not be empty, '.' or '..'"
-    if problem:
-        raise ValueError(f"invalid context key {key!r}: {problem}")
-    return key
+__all__ = ["add", "exists", "get", "keys", "read_content", "remove"]
 
 
 def _valid(key: str) -> str:

@@ -8,6 +8,10 @@ accepts evidence waits for it, and the transition without `when` is the fallback
 need nothing from the agent are passed through in the same call, up to a chain limit; a state
 left twice without evidence in one call is a cycle. The answer says what to do next:
 `evidence_required` (with `expects`), `gate_blocked` (with `blocking_conditions`) or `done`.
+
+Before anything is read, a tick refuses to run inside a gate command of another tick (the
+gate runner sets `KOTO_TICK_SESSION`: `nested_invocation`), and from a directory outside the
+session's execution anchor (`execution_anchor_mismatch`). Gates run at the anchor.
 """
 
 from __future__ import annotations
@@ -20,13 +24,35 @@ from typing import Any
 from kassette.core import Run
 from kassette.koto.errors import KotoError
 from kassette.koto.gates import GateResult, evaluate, substitute
-from kassette.koto.session import SessionView, append, expects, load, open_session
-from kassette.koto.store import SessionStore, validate_name
+from kassette.koto.names import validate_name
+from kassette.koto.session import (
+    SessionView,
+    anchor_of,
+    append,
+    expects,
+    load,
+    open_session,
+    read,
+)
+from kassette.koto.store import SessionStore
 
-__all__ = ["Ticker", "next_step", "resolve", "validate_evidence"]
+__all__ = [
+    "RECOVERY_POINTER",
+    "TICK_SESSION",
+    "Ticker",
+    "check_anchor",
+    "next_step",
+    "refuse_nested",
+    "resolve",
+    "validate_evidence",
+]
 
 MAX_CHAIN = 100
 MAX_EVIDENCE_BYTES = 1 << 20
+TICK_SESSION = "KOTO_TICK_SESSION"  # set for gate commands: the session whose tick runs them
+RECOVERY_POINTER = (
+    "[koto] Lost context? `koto status <name>` returns this phase's directive/details/expects.\n\n"
+)
 
 
 # -- next ------------------------------------------------------------------------------------------
@@ -42,25 +68,79 @@ def next_step(
     cleanup: bool = True,
     cwd: str | None = None,
 ) -> dict[str, Any]:
-    """One tick: submit evidence (or take a directed transition), advance, answer what to do."""
+    """One tick: submit evidence (or take a directed transition), advance, answer what to do.
+
+    `cwd` (default: the working directory) must be the session's execution anchor or beneath
+    it; a session without one adopts `cwd`."""
+    refuse_nested(name)
     validate_name(name)
     if data is not None and to is not None:
         raise KotoError("precondition_failed", "--with-data and --to cannot be used together")
     evidence = parse_evidence(data) if data is not None else None
-    view = load(store, name)
+    here = os.path.realpath(cwd or os.getcwd())
+    journal = read(store, name)
+    anchor = anchor_of(journal)
+    if anchor is not None:
+        check_anchor(name, anchor, here)
+    view = load(store, name, journal)
     _check_request(view, evidence, to)
-    ticker = Ticker(store, view, cwd=cwd or os.getcwd(), full=full)
-    if evidence is None and to is None and ticker.answers_without_writing():
+    ticker = Ticker(store, view, anchor=anchor or here, full=full)
+    if anchor is not None and evidence is None and to is None and ticker.answers_without_writing():
         response = ticker.respond(advanced=False, blocking=[])
     else:
         with open_session(store, name) as run:
-            view = load(store, name, run.journal)  # as it is now that we hold the session
+            anchor = anchor_of(run.journal)  # as it is now that we hold the session
+            if anchor is not None:
+                check_anchor(name, anchor, here)
+            view = load(store, name, run.journal)
             _check_request(view, evidence, to)
-            ticker = Ticker(store, view, cwd=cwd or os.getcwd(), full=full, run=run)
+            ticker = Ticker(store, view, anchor=anchor or here, full=full, run=run)
+            if anchor is None:  # a session from before anchors: bind it here, and say so
+                append(run, "execution_anchor_adopted", anchor=here)
+                ticker.notice = (
+                    f"[koto] Session '{name}' had no recorded directory; it is now bound to "
+                    f"{here}. Later ticks must run there or below it.\n\n"
+                )
             response = ticker.tick(evidence, to)
     if response["action"] == "done" and cleanup:
         store.remove(name)
     return response
+
+
+def refuse_nested(name: str) -> None:
+    """Refuse a tick started from inside a command another tick is running.
+
+    That tick would append to a journal the outer tick is halfway through, and the outer one
+    would then report a state the session has already left. A blank marker counts as unset.
+    """
+    enclosing = os.environ.get(TICK_SESSION, "").strip()
+    if enclosing:
+        raise KotoError(
+            "nested_invocation",
+            f"koto next cannot run inside a command koto is running: the tick on session "
+            f"{enclosing!r} started this process and has not finished, and a nested tick "
+            "would move the workflow while that tick reports the state it started from. "
+            f"Remove the `koto next {name}` call from the template's command; the enclosing "
+            "tick advances the session.",
+        )
+
+
+def check_anchor(name: str, anchor: str, here: str) -> None:
+    """`here` (a resolved path) must be the anchor directory or beneath it."""
+    if not os.path.isdir(anchor):
+        raise KotoError(
+            "execution_anchor_unresolvable",
+            f"session {name!r} is bound to {anchor}, which no longer exists on this machine; "
+            "restore the checkout there (or start a new session where it is now)",
+            extra={"execution_dir": anchor},
+        )
+    if here != anchor and not here.startswith(anchor.rstrip(os.sep) + os.sep):
+        raise KotoError(
+            "execution_anchor_mismatch",
+            f"session {name!r} is bound to {anchor}, and this tick ran from {here}, which is "
+            f"neither that directory nor beneath it: cd {anchor} and run it again",
+            extra={"execution_dir": anchor},
+        )
 
 
 def parse_evidence(data: str) -> dict[str, Any]:
@@ -162,16 +242,17 @@ class Ticker:
         store: SessionStore,
         view: SessionView,
         *,
-        cwd: str,
+        anchor: str,
         full: bool,
         run: Run | None = None,
     ) -> None:
         self.store = store
         self.view = view
-        self.cwd = cwd
+        self.anchor = anchor
         self.full = full
         self.run = run
         self.values = view.values(store.home)
+        self.notice = ""  # koto's own text to put before the directive, once
 
     def answers_without_writing(self) -> bool:
         """Whether this tick would append nothing: then it needs no session."""
@@ -224,6 +305,7 @@ class Ticker:
         environment = dict(os.environ)
         environment["KOTO_SESSION_NAME"] = self.view.name
         environment["KOTO_SESSION_DIR"] = self.values["SESSION_DIR"]
+        environment[TICK_SESSION] = self.view.name
         results = {}
         for name, gate in state.get("gates", {}).items():
             if gate["type"] == "command":
@@ -232,7 +314,7 @@ class Ticker:
                 gate,
                 values=self.values,
                 read_context=self.read_context,
-                cwd=self.cwd,
+                cwd=self.anchor,
                 environment=environment,
             )
             append(
@@ -256,22 +338,30 @@ class Ticker:
     ) -> dict[str, Any]:
         view, state = self.view, self.view.state
         if state.get("terminal"):
-            return {
+            done: dict[str, Any] = {
                 "action": "done",
                 "advanced": advanced,
                 "error": None,
                 "expects": None,
                 "state": view.current,
+                "unassigned_children": [],
             }
+            if state.get("failure"):
+                done["failure"] = True
+            return done
         action = action or "evidence_required"
+        directive = substitute(state["directive"], self.values)
+        if "details" in state:  # a phase with details always says where to find them again
+            directive = RECOVERY_POINTER + directive
         response: dict[str, Any] = {
             "action": action,
             "advanced": advanced,
             "blocking_conditions": blocking,
-            "directive": substitute(state["directive"], self.values),
+            "directive": self.notice + directive,
             "error": None,
             "expects": expects(state) if action == "evidence_required" else None,
             "state": view.current,
+            "unassigned_children": [],
         }
         if "details" in state and (self.full or not view.delivered):
             response["details"] = substitute(state["details"], self.values)

@@ -1,18 +1,19 @@
 """Koto's failures: each has a snake_case `code` and the exit code of its class.
 
-Exit codes follow koto's contract: 0 success (a blocked gate is an answer, not an error),
-1 transient, try again (another writer holds the session, a name collision, rewinding past
-the start), 2 the caller's mistake (bad evidence, name, variable or flag; a finished session),
-3 infrastructure or template (a template that does not compile or was tampered with, a
-corrupt journal, storage failing).
+`KotoError` is a `kassette.errors.KassetteError`, so one `except KassetteError` catches koto's
+failures too. Exit codes follow koto's contract: 0 success (a blocked gate is an answer, not an
+error), 1 transient, try again (another writer holds the session, a name collision, rewinding
+past the start), 2 the caller's mistake (bad evidence, name, variable or flag; a finished
+session; a tick from outside the session's directory or from inside one of its own gates),
+3 infrastructure or template (a template that does not compile or was tampered with, a corrupt
+journal, storage failing, a session directory that no longer exists).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kassette.koto.template import TemplateError
+from kassette.errors import KassetteError
 
 __all__ = ["EXIT_CALLER", "EXIT_INFRASTRUCTURE", "EXIT_OK", "EXIT_RETRY", "KotoError"]
 
@@ -30,6 +31,8 @@ _EXIT_CODES = {
     "precondition_failed": EXIT_CALLER,
     "terminal_state": EXIT_CALLER,
     "workflow_not_initialized": EXIT_CALLER,
+    "execution_anchor_mismatch": EXIT_CALLER,
+    "nested_invocation": EXIT_CALLER,
     "invalid_name": EXIT_CALLER,
     "invalid_variable": EXIT_CALLER,
     "invalid_key": EXIT_CALLER,
@@ -37,13 +40,15 @@ _EXIT_CODES = {
     "usage": EXIT_CALLER,
     "template_error": EXIT_INFRASTRUCTURE,
     "persistence_error": EXIT_INFRASTRUCTURE,
+    "execution_anchor_unresolvable": EXIT_INFRASTRUCTURE,
     "context_missing": EXIT_INFRASTRUCTURE,
     "internal_error": EXIT_INFRASTRUCTURE,
 }
 
 
-class KotoError(Exception):
-    """A failure the `koto` command reports as JSON; `details` lists `{field, reason}` items."""
+class KotoError(KassetteError):
+    """A failure the `koto` command reports as JSON; `details` lists `{field, reason}` items
+    and `extra` holds further keys of the JSON error (a template error's file and line)."""
 
     def __init__(
         self,
@@ -55,18 +60,8 @@ class KotoError(Exception):
     ) -> None:
         super().__init__(message)
         self.code = code
-        self.message = message
         self.details = details or []
         self.extra = extra or {}
-
-    @classmethod
-    def from_template(cls, exc: TemplateError) -> KotoError:
-        """A template that does not compile, with its file, line and every problem."""
-        return cls(
-            "template_error",
-            str(exc),
-            extra={"file": exc.path, "line": exc.line, "errors": exc.lines()},
-        )
 
     @property
     def exit_code(self) -> int:

@@ -1,7 +1,9 @@
 """Gates: checks a state runs before it lets the workflow move on.
 
-A `command` gate runs `sh -c COMMAND` in the working directory, in a process group of its own,
-and passes when it exits 0; when its `timeout` (seconds) passes, the whole group is killed.
+A `command` gate runs `sh -c COMMAND` in the session's execution anchor (the directory `koto
+init` ran in), in a process group of its own, and passes when it exits 0; when its `timeout`
+(seconds) passes, the whole group is killed. A command that could not finish says why in
+`failure_kind` (`timed_out`, `spawn_failed`).
 A `context-exists` gate passes when the session's context store has the key; `context-matches`
 when that content matches a regular expression. Each reports a small fixed output
 (`{exit_code, error}`, `{exists, error}`, `{matches, error}`) that `when` conditions can route
@@ -106,13 +108,15 @@ def _run_command(
             start_new_session=True,  # its own process group, so a timeout kills all of it
         )
     except OSError as exc:
-        return GateResult({"exit_code": -1, "error": f"spawn_failed: {exc}"}, "error")
+        output = {"exit_code": -1, "error": f"spawn_failed: {exc}", "failure_kind": "spawn_failed"}
+        return GateResult(output, "error")
     try:
         code = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process.pid, signal.SIGKILL)
         process.wait()
-        return GateResult({"exit_code": -1, "error": "timed_out"}, "timed_out")
+        output = {"exit_code": -1, "error": "timed_out", "failure_kind": "timed_out"}
+        return GateResult(output, "timed_out")
     except BaseException:  # interrupted: leave nothing running behind
         _kill_group(process.pid, signal.SIGKILL)
         process.wait()

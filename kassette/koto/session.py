@@ -3,9 +3,11 @@
 After kassette's `start` entries (one per command that writes; the first holds the template's
 name, version and SHA-256, and the variables), the journal holds koto's own entry types:
 `transitioned` / `directed_transition` / `rewound` (the state changes), `evidence_submitted`,
-`gate_evaluated`, `instructions_delivered`, `context_added` / `context_removed`; kassette's
-`cancel` ends it. Nothing is ever rewritten: the current state, the evidence that counts and
-the context keys are derived by folding the entries in order (`SessionView`).
+`gate_evaluated`, `instructions_delivered`, `context_added` / `context_removed`,
+`execution_anchor_adopted`; kassette's `cancel` ends it. The first `start` entry also records
+the session's *execution anchor*: the directory `koto init` ran in, where gates run. Nothing is
+ever rewritten: the current state, the evidence that counts and the context keys are derived
+by folding the entries in order (`SessionView`).
 
 *Arrivals* form a stack: every transition pushes the state it arrives at and every rewind pops
 one, so each rewind goes back one more arrival. The *epoch* is everything after the entry that
@@ -40,11 +42,13 @@ from kassette.errors import (
 from kassette.journal import Journal
 from kassette.koto.errors import KotoError
 from kassette.koto.gates import substitute
-from kassette.koto.store import SessionStore, session_dir, validate_name
+from kassette.koto.names import session_dir, validate_name
+from kassette.koto.store import SessionStore
 from kassette.koto.template import Template
 
 __all__ = [
     "SessionView",
+    "anchor_of",
     "append",
     "cancel",
     "expects",
@@ -131,6 +135,17 @@ class SessionView:
         values["SESSION_NAME"] = self.name
         values["SESSION_DIR"] = str(session_dir(home, self.name))
         return values
+
+
+def anchor_of(journal: Journal) -> str | None:
+    """The session's execution anchor: recorded at init, or adopted by a later tick (None for
+    a session from before anchors that no tick has adopted yet)."""
+    metadata = (journal.first_start or {}).get("metadata") or {}
+    anchor = metadata.get("execution_dir")
+    for entry in journal.entries:
+        if entry["type"] == "execution_anchor_adopted":
+            anchor = entry["anchor"]
+    return anchor if isinstance(anchor, str) else None
 
 
 def read(store: SessionStore, name: str) -> Journal:
@@ -263,16 +278,21 @@ def _infrastructure(exc: KassetteError) -> KotoError:
 
 
 def init(
-    store: SessionStore, name: str, template_path: str, assignments: list[str]
+    store: SessionStore,
+    name: str,
+    template: Template,
+    source: str,
+    assignments: list[str],
+    *,
+    execution_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Start session `name` from the template file; returns `{name, state}`."""
-    from kassette.koto.template import TemplateError, compile_template
-
+    """Start session `name` from the compiled `template` (read from the file `source`);
+    returns `{name, state}`. `execution_dir` (default: the working directory) becomes the
+    session's execution anchor."""
     validate_name(name)
-    try:
-        template = compile_template(template_path)
-    except TemplateError as exc:
-        raise KotoError.from_template(exc) from exc
+    anchor = os.path.realpath(execution_dir or os.getcwd())
+    if not os.path.isdir(anchor):
+        raise KotoError("usage", f"--execution-dir {execution_dir!r} is not a directory")
     variables = resolve_variables(template, assignments)
     storage = store.storage(name)
     try:
@@ -291,9 +311,10 @@ def init(
             "version": template.data["version"],
             "sha256": template.sha256,
             "file": file,
-            "source": str(Path(template_path).absolute()),
+            "source": str(Path(source).absolute()),
         },
         "variables": variables,
+        "execution_dir": anchor,
     }
     try:
         run = open_run(storage, name, metadata=metadata, version=template.data["version"])
@@ -414,8 +435,13 @@ def status(store: SessionStore, name: str) -> dict[str, Any]:
         result["template_hash_mismatch"] = exc.extra
         return result
     result.update(
-        current_state=view.current, is_terminal=view.is_terminal, cancelled=view.cancelled
+        current_state=view.current,
+        is_terminal=view.is_terminal,
+        cancelled=view.cancelled,
+        execution_dir=anchor_of(journal),
     )
+    if view.is_terminal and view.state.get("failure"):
+        result["failure"] = True
     if not view.is_terminal and not view.cancelled:
         state = view.state
         values = view.values(store.home)

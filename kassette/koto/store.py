@@ -1,55 +1,26 @@
 """Where sessions live: a journal per session, plus the session's files, local or in S3.
 
 A session named NAME is the kassette run NAME. On the local backend (the default) everything
-of a session sits in `$KOTO_HOME/sessions/NAME/`: its journal `NAME.jsonl` and lock
-(`LocalStorage` on that directory), its compiled template `template-<sha256>.json` and its
-context content `ctx/<sha256>`. With `session.backend = "s3"` the journal is the S3Storage
-run NAME (`{prefix}/NAME/journal.jsonl`, appended by compare-and-swap) and the files sit next to
-it (`{prefix}/NAME/template-<sha256>.json`, `{prefix}/NAME/ctx/<sha256>`), so a session started
-on one machine continues on another. Files are content-addressed, so writing one never races.
+of a session sits in `$KOTO_HOME/sessions/NAME/`: its journal `NAME.jsonl` and lock (the
+`file:` storage on that directory), its compiled template `template-<sha256>.json` and its
+context content `ctx/<sha256>`. With `session.backend = "s3"` sessions live in a bucket
+(`kassette.koto.s3store`). Files are content-addressed, so writing one never races.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-from kassette.errors import StorageError
 from kassette.koto.config import Config
 from kassette.koto.errors import KotoError
-from kassette.storage import Storage
+from kassette.koto.names import NAME, session_dir
+from kassette.storage import Storage, open_storage
 
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
-
-__all__ = [
-    "NAME_PATTERN",
-    "LocalSessions",
-    "S3Sessions",
-    "SessionStore",
-    "open_store",
-    "validate_name",
-]
-
-NAME_PATTERN = "^[a-zA-Z0-9][a-zA-Z0-9._-]*$"
-_NAME = re.compile(NAME_PATTERN[1:-1])
-_MAX_NAME = 200  # a kassette run id holds at most 200 characters
-
-
-def validate_name(name: str) -> str:
-    """A session name: koto's pattern, at most 200 characters (the run id it becomes)."""
-    if not _NAME.fullmatch(name) or len(name) > _MAX_NAME:
-        raise KotoError(
-            "invalid_name",
-            f"invalid session name {name!r}: it contains invalid characters or is too long "
-            f"(use 1-{_MAX_NAME} of a-z A-Z 0-9 . _ -, starting with a letter or digit)",
-            extra={"allowed_pattern": NAME_PATTERN},
-        )
-    return name
+__all__ = ["LocalSessions", "SessionStore", "open_store"]
 
 
 class SessionStore(Protocol):
@@ -76,11 +47,6 @@ class SessionStore(Protocol):
         ...
 
 
-def session_dir(home: Path, name: str) -> Path:
-    """The session's local directory: `{{SESSION_DIR}}`, whatever the backend."""
-    return home / "sessions" / name
-
-
 class LocalSessions:
     """Sessions in `$KOTO_HOME/sessions/`, one directory each."""
 
@@ -88,9 +54,7 @@ class LocalSessions:
         self.home = home
 
     def storage(self, name: str) -> Storage:
-        from kassette.storage.local import LocalStorage
-
-        return LocalStorage(session_dir(self.home, name))
+        return open_storage(f"file:{session_dir(self.home, name)}")
 
     def read_file(self, name: str, path: str) -> bytes | None:
         try:
@@ -126,7 +90,7 @@ class LocalSessions:
         return [
             name
             for name in entries
-            if _NAME.fullmatch(name) and (self.home / "sessions" / name / f"{name}.jsonl").exists()
+            if NAME.fullmatch(name) and (self.home / "sessions" / name / f"{name}.jsonl").exists()
         ]
 
     def remove(self, name: str) -> None:
@@ -141,78 +105,6 @@ class LocalSessions:
             raise KotoError("persistence_error", f"cannot remove {directory}: {exc}") from exc
 
 
-class S3Sessions:
-    """Sessions in an S3 bucket under a prefix, through one S3Storage."""
-
-    def __init__(self, home: Path, bucket: str, prefix: str, client: S3Client) -> None:
-        from kassette.storage.s3 import S3Storage
-
-        self.home = home
-        self._storage = S3Storage(bucket, prefix, client=client)
-        self.bucket = self._storage.bucket
-        self.prefix = self._storage.prefix
-        self._client = client
-
-    def _key(self, name: str, path: str) -> str:
-        return f"{self.prefix}/{name}/{path}" if self.prefix else f"{name}/{path}"
-
-    def storage(self, name: str) -> Storage:
-        return self._storage
-
-    def read_file(self, name: str, path: str) -> bytes | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        key = self._key(name, path)
-        try:
-            return self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise _storage_error("read", self.bucket, key, exc) from exc
-        except BotoCoreError as exc:
-            raise _storage_error("read", self.bucket, key, exc) from exc
-
-    def write_file(self, name: str, path: str, data: bytes) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        key = self._key(name, path)
-        try:
-            self._client.put_object(Bucket=self.bucket, Key=key, Body=data)
-        except (BotoCoreError, ClientError) as exc:
-            raise _storage_error("write", self.bucket, key, exc) from exc
-
-    def locate(self, name: str, path: str) -> str:
-        return f"s3://{self.bucket}/{self._key(name, path)}"
-
-    def names(self) -> list[str]:
-        try:
-            return list(self._storage.list_runs())
-        except StorageError as exc:
-            raise KotoError("persistence_error", str(exc)) from exc
-
-    def remove(self, name: str) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        base = self._key(name, "")
-        try:
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=base
-            )
-            for page in pages:
-                keys: list[Any] = [{"Key": item["Key"]} for item in page.get("Contents", [])]
-                if keys:
-                    self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
-        except (BotoCoreError, ClientError) as exc:
-            raise _storage_error("remove", self.bucket, base, exc) from exc
-        import shutil
-
-        shutil.rmtree(session_dir(self.home, name), ignore_errors=True)
-
-
-def _storage_error(action: str, bucket: str, key: str, exc: Exception) -> KotoError:
-    return KotoError("persistence_error", f"cannot {action} s3://{bucket}/{key}: {exc}")
-
-
 def open_store(home: Path, config: Config) -> SessionStore:
     """The session store the configuration asks for (local unless `session.backend = "s3"`)."""
     if config.get("session.backend") != "s3":
@@ -220,30 +112,11 @@ def open_store(home: Path, config: Config) -> SessionStore:
     bucket = config.get("session.s3.bucket")
     if not bucket:
         raise KotoError("invalid_config", "session.backend is s3 but session.s3.bucket is not set")
+    from kassette.koto.s3store import open_s3_sessions
+
     try:
-        client = _s3_client(config)
-        return S3Sessions(home, bucket, config.get("session.s3.prefix") or "", client)
+        return open_s3_sessions(home, config, bucket)
     except ImportError as exc:
         raise KotoError("persistence_error", str(exc)) from exc
     except ValueError as exc:  # a bad bucket name or prefix
         raise KotoError("invalid_config", str(exc)) from exc
-
-
-def _s3_client(config: Config) -> S3Client:
-    try:
-        import boto3
-    except ImportError as exc:
-        raise ImportError(
-            'the s3 session backend needs boto3, which is not installed: pip install "kassette[s3]"'
-        ) from exc
-    arguments: dict[str, Any] = {}
-    if config.get("session.s3.endpoint"):
-        arguments["endpoint_url"] = config.get("session.s3.endpoint")
-    if config.get("session.s3.region"):
-        arguments["region_name"] = config.get("session.s3.region")
-    access_key = config.get("session.s3.access_key")
-    secret_key = config.get("session.s3.secret_key")
-    if access_key and secret_key and not os.environ.get("AWS_ACCESS_KEY_ID"):
-        arguments["aws_access_key_id"] = access_key
-        arguments["aws_secret_access_key"] = secret_key
-    return boto3.client("s3", **arguments)

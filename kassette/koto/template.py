@@ -7,39 +7,43 @@ the Markdown body is its directive, split from optional longer `details` by a
 front-matter, every `##` heading is a state, a `**Transitions**: [a, b]` line lists where it
 may go, and a state without one is terminal.
 
-`compile_template` checks everything that can be checked before a session runs (unknown
-targets and fields, `when` conditions that name undeclared fields or gates, undeclared
-`{{VARIABLES}}`, states that are unreachable or cannot reach a terminal state, transitions that
-can both match) and reports every problem with its file and line. The compiled form is
-canonical JSON; its SHA-256 pins a session to the exact template it was started with.
+`kassette.koto.compiler.compile_template` checks everything that can be checked before a
+session runs (unknown targets and fields, `when` conditions that name undeclared fields or
+gates, undeclared `{{VARIABLES}}`, states that are unreachable or cannot reach a terminal
+state, transitions that can both match) and reports every problem with its file and line.
+The compiled form is canonical JSON; its SHA-256 pins a session to the exact template it was
+started with. This module holds the compiled form only: reading a session never loads the
+compiler.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "Template",
-    "TemplateError",
-    "compile_template",
-    "compile_text",
-]
+from kassette.koto.errors import KotoError
+
+__all__ = ["FORMAT_VERSION", "SIMPLE_FORM_FIELD", "Template", "TemplateError"]
 
 FORMAT_VERSION = 1
 SIMPLE_FORM_FIELD = "transition"
 
 
-class TemplateError(ValueError):
-    """A template that does not compile; `problems` holds (line, message) pairs, line 0 when
-    no line applies. `str()` gives one `file:line: message` line per problem."""
+class TemplateError(KotoError):
+    """A template that does not compile (`template_error`); `problems` holds (line, message)
+    pairs, line 0 when no line applies. `str()` gives one `file:line: message` line per
+    problem; the JSON error adds the file, the first problem's line and every problem."""
 
     def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
         self.path = path
         self.problems = sorted(problems)
-        super().__init__("\n".join(self.lines()))
+        lines = self.lines()
+        super().__init__(
+            "template_error",
+            "\n".join(lines),
+            extra={"file": path, "line": self.line, "errors": lines},
+        )
 
     @property
     def line(self) -> int:
@@ -53,14 +57,19 @@ class TemplateError(ValueError):
 
 
 class Template:
-    """A compiled template: `data` (the JSON object), its canonical bytes and their SHA-256."""
+    """A compiled template: `data` (the JSON object), its canonical bytes and their SHA-256.
 
-    __slots__ = ("data", "sha256", "text")
+    `warnings` are the compiler's `file:line: message` warnings (not part of the JSON)."""
 
-    def __init__(self, data: dict[str, Any], text: bytes, sha256: str) -> None:
+    __slots__ = ("data", "sha256", "text", "warnings")
+
+    def __init__(
+        self, data: dict[str, Any], text: bytes, sha256: str, warnings: tuple[str, ...] = ()
+    ) -> None:
         self.data = data
         self.text = text
         self.sha256 = sha256
+        self.warnings = warnings
 
     def __repr__(self) -> str:
         return f"Template({self.name!r}, sha256={self.sha256[:12]}...)"
@@ -96,19 +105,3 @@ class Template:
 
     def state(self, name: str) -> dict[str, Any]:
         return self.states[name]
-
-
-def compile_template(path: str | Path) -> Template:
-    """Compile the template file at `path`; `TemplateError` lists every problem found."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TemplateError(str(path), [(0, f"cannot read template: {exc}")]) from exc
-    return compile_text(text, str(path))
-
-
-def compile_text(text: str, path: str = "<template>") -> Template:
-    """Compile a template's source text; `path` names it in errors."""
-    from kassette.koto.compiler import Compiler  # only init and `template` compile
-
-    return Compiler(path).compile(text.lstrip("\ufeff").replace("\r\n", "\n"))

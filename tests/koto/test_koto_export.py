@@ -66,6 +66,6 @@ def test_html_is_self_contained(koto: Koto) -> None:
 
 
 def test_export_of_a_compiled_json(koto: Koto) -> None:
-    compiled = koto("template", "compile", koto.template("gates")).stdout
+    compiled = koto("template", "compile", koto.template("gates"), "--allow-legacy-gates").stdout
     (koto.cwd / "gates.json").write_bytes(compiled)
     assert koto("template", "export", "gates.json").stdout.startswith(b"stateDiagram-v2")

@@ -76,7 +76,11 @@ def test_a_command_timeout_kills_the_process_group(koto: Koto) -> None:
     assert blocked["action"] == "gate_blocked"
     [condition] = blocked["blocking_conditions"]
     assert condition["status"] == "timed_out"
-    assert condition["output"] == {"exit_code": -1, "error": "timed_out"}
+    assert condition["output"] == {
+        "exit_code": -1,
+        "error": "timed_out",
+        "failure_kind": "timed_out",
+    }
     child = int((koto.cwd / "child.pid").read_text())  # the gate's background `sleep 60`
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:

@@ -22,7 +22,10 @@ def test_lifecycle_to_done(koto: Koto) -> None:
     assert first["action"] == "evidence_required"
     assert first["state"] == "plan"
     assert first["advanced"] is False
-    assert first["directive"] == "Plan how to build the parser (owner: nobody)."
+    assert first["directive"] == (  # a phase with details says where to find them again
+        "[koto] Lost context? `koto status <name>` returns this phase's directive/details/expects."
+        "\n\nPlan how to build the parser (owner: nobody)."
+    )
     assert "one sentence" in first["details"]  # details come on the first arrival ...
     assert first["expects"] == {
         "event_type": "evidence_submitted",
@@ -58,6 +61,7 @@ def test_lifecycle_to_done(koto: Koto) -> None:
         "error": None,
         "expects": None,
         "state": "done",
+        "unassigned_children": [],
     }
     # a finished session is cleaned up: it is gone
     assert not koto.session_dir("job").exists()

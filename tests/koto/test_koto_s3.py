@@ -94,6 +94,7 @@ def test_a_session_continues_on_another_machine(
 ) -> None:
     laptop = machine(tmp_path / "laptop", endpoint, bucket, credentials_in_config=False)
     desktop = machine(tmp_path / "desktop", endpoint, bucket, credentials_in_config=True)
+    desktop.cwd = laptop.cwd  # the same checkout path on both: gates run where init ran
     laptop.ok("init", "job", "--template", laptop.template("lifecycle"), "--var", "TASK=sync")
     laptop.ok("next", "job", "--with-data", '{"approach": "started on the laptop"}')
     assert laptop("context", "add", "job", "notes.md", input=b"laptop notes").code == 0
@@ -126,8 +127,8 @@ def test_two_machines_at_once_are_fenced(
 ) -> None:
     first = machine(tmp_path / "first", endpoint, bucket, credentials_in_config=False)
     second = machine(tmp_path / "second", endpoint, bucket, credentials_in_config=False)
+    second.cwd = first.cwd  # the same checkout path on both: gates run where init ran
     first.ok("init", "c", "--template", first.template("concurrent"))
-    second.template("concurrent")
     processes = [first.start("next", "c"), second.start("next", "c")]
     codes, answers = [], []
     for process in processes:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import Koto
 
-from kassette.koto.template import SIMPLE_FORM_FIELD, TemplateError, compile_text
+from kassette.koto.compiler import compile_text
+from kassette.koto.template import SIMPLE_FORM_FIELD, TemplateError
 
 GOOD = """---
 name: t
