@@ -53,6 +53,7 @@ class RunTree(widgets.VBox):  # type: ignore[misc]
         self.forest = widgets.VBox(layout=widgets.Layout(margin="0 0 8px 0"))
         self.details = widgets.HTML()
         super().__init__([self.legend, self.forest, self.details])
+        _name_parts(self, "run-tree", legend="legend", forest="forest", details="details")
         self.observe(self._show_selected, names="selected")
         self.update(journals, selected=selected)
 
@@ -109,6 +110,13 @@ class RunTree(widgets.VBox):  # type: ignore[misc]
         )
 
 
+def _name_parts(widget: widgets.Box, name: str, **parts: str) -> None:
+    """CSS classes `kassette-<name>` on a widget and its parts, to style or find them in a page."""
+    widget.add_class(f"kassette-{name}")
+    for attribute, part in parts.items():
+        getattr(widget, attribute).add_class(f"kassette-{part}")
+
+
 def _color(status: str) -> str:
     return STATUS_COLORS.get(status, _OTHER_COLOR)
 
@@ -124,7 +132,7 @@ def _legend_html(statuses: Iterable[str]) -> str:
         f"vertical-align:middle;margin-right:4px;background:{color}'></span>{status}</span>"
         for status, color in named
     )
-    return f"<div class='kassette-legend' style='font-size:90%'>{swatches}</div>"
+    return f"<div style='font-size:90%'>{swatches}</div>"
 
 
 def _node_label(node: RunNode) -> str:
@@ -208,6 +216,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
                 self.comparison,
             ]
         )
+        _name_parts(self, "fork-explorer", target="fork-target", status="fork-status")
         self.step.observe(self._step_chosen, names="value")
         self.offset.observe(self._offset_moved, names="value")
         self.new_run_id.observe(self._describe_target, names="value")

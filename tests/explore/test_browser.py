@@ -1,0 +1,372 @@
+"""The notebooks' widgets in a real browser: JupyterLab in Chromium, driven by Playwright.
+
+nbval checks what the notebooks compute, but only a browser shows whether their widgets
+render: without a working widget manager JupyterLab shows "Error displaying widget" or the
+widget's plain-text repr instead. This module starts JupyterLab on 127.0.0.1 in a temporary
+directory holding copies of notebooks/*.ipynb and one notebook of its own that forks into a
+LocalStorage there, runs every notebook in Chromium, then clicks a RunTree node and the
+ForkExplorer's Fork button.
+
+Chromium is the system's (Debian: `apt-get install chromium`, which .ci/run does): Playwright
+drives it by path, so no browser download is needed. Without one the module is skipped, except
+under CI=true: there .ci/run installs Chromium, so a missing one fails the module unless .ci/run
+said it could not install it (it then sets KASSETTE_NO_CHROMIUM, as a registry outage should not
+fail a run, while a lost install step should).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from playwright.sync_api import Locator, Page, expect, sync_playwright
+
+from kassette import LocalStorage
+from kassette.core import read_journal
+
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+FORK_NOTEBOOK = "fork-into-files.ipynb"
+WIDGET = "application/vnd.jupyter.widget-view+json"
+START_TIMEOUT = 60.0  # JupyterLab's server, then its page
+CELL_TIMEOUT = 120_000  # ms: a whole notebook's cells
+WAIT = 20_000  # ms: any one thing in the page
+# A widget shown as text: its repr, the classic ipywidgets repr, or a view that never loaded.
+PLAIN_WIDGET = re.compile(r"^(RunTree|ForkExplorer)[:(]|^(VBox|HBox|Button|HTML)\(|Loading widget")
+BROWSER_ARGS = [
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",  # 127.0.0.1 only
+]
+
+
+def find_chromium() -> str | None:
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    return next((path for path in map(shutil.which, names) if path), None)
+
+
+CHROMIUM = find_chromium()
+if CHROMIUM is None:
+    reason = "no Chromium on PATH (Debian: apt-get install chromium)"
+    if os.environ.get("CI") == "true" and not os.environ.get("KASSETTE_NO_CHROMIUM"):
+        pytest.fail(f"{reason}, and .ci/run did not report failing to install it")
+    pytest.skip(reason, allow_module_level=True)
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab, its directory, and a page showing it."""
+
+    page: Page
+    root: Path
+    panels: dict[str, str] = field(default_factory=dict)  # notebook -> panel id, once run
+
+    def run(self, notebook: str) -> Locator:
+        """Open `notebook` (once), run all its cells, and return its panel in the page."""
+        if notebook not in self.panels:
+            panel_id = self.page.evaluate(OPEN, notebook)
+            self.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=WAIT * 3)
+            self.page.evaluate(RUN_ALL, panel_id)
+            self.page.wait_for_function(CELLS_DONE, arg=panel_id, timeout=CELL_TIMEOUT)
+            self.panels[notebook] = panel_id
+        self.page.evaluate("id => window.jupyterapp.shell.activateById(id)", self.panels[notebook])
+        return self.page.locator(f"#{self.panels[notebook]}")
+
+    def cells(self, notebook: str) -> list[dict[str, Any]]:
+        """The code cells of an open notebook, as nbformat JSON."""
+        return self.page.evaluate(CELLS, self.panels[notebook])  # type: ignore[no-any-return]
+
+
+# JavaScript run in the page on `window.jupyterapp` (--LabApp.expose_app_in_browser).
+FIND_PANEL = "const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.id === id);"
+OPEN = """async path => {
+  const panel = await window.jupyterapp.commands.execute('docmanager:open', {path});
+  await panel.context.ready;
+  await panel.sessionContext.ready;
+  return panel.id;
+}"""
+KERNEL_IDLE = f"""id => {{
+  {FIND_PANEL}
+  const kernel = panel.sessionContext.session?.kernel;
+  return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
+}}"""
+RUN_ALL = f"""async id => {{
+  {FIND_PANEL}
+  window.jupyterapp.shell.activateById(id);
+  await window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs');
+  await window.jupyterapp.commands.execute('notebook:run-all-cells');
+}}"""
+CELLS = f"""id => {{
+  {FIND_PANEL}
+  const cells = panel.content.model.cells;
+  return Array.from({{length: cells.length}}, (_, i) => cells.get(i).toJSON())
+    .filter(cell => cell.cell_type === 'code');
+}}"""
+# Every code cell ran, or one failed (so the rest never will) and the kernel is idle again.
+CELLS_DONE = f"""id => {{
+  const cells = ({CELLS})(id);
+  {FIND_PANEL}
+  const idle = panel.sessionContext.session?.kernel?.status === 'idle';
+  const failed = cells.some(cell => cell.outputs.some(o => o.output_type === 'error'));
+  return idle && (failed || cells.every(cell => cell.execution_count !== null));
+}}"""
+
+# A RunTree's legend as {colour: status}, and its buttons as [tooltip, colour], as drawn.
+COLOURS = """tree => [
+  Object.fromEntries([...tree.querySelectorAll('.kassette-legend span > span')]
+    .map(swatch => [getComputedStyle(swatch).backgroundColor, swatch.parentElement.textContent])),
+  [...tree.querySelectorAll('.kassette-forest button')]
+    .map(button => [button.title, getComputedStyle(button).backgroundColor]),
+]"""
+
+
+def lab_environment(root: Path) -> dict[str, str]:
+    """JupyterLab's and IPython's config, data, runtime and settings dirs, all under `root`."""
+    env = dict(os.environ)
+    for variable, name in [
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+        ("IPYTHONDIR", "ipython"),
+    ]:
+        (root / name).mkdir()
+        env[variable] = str(root / name)
+    settings = {
+        # every cell in the page, not only those scrolled into view
+        "notebook-extension/tracker": {"windowingMode": "none"},
+        # no news or update checks (they would ask for an answer, then go online)
+        "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    }
+    for plugin, values in settings.items():
+        path = root / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    return env
+
+
+def fork_notebook(path: Path) -> None:
+    """A notebook that records two runs into files beside it and shows a ForkExplorer."""
+    cells = [
+        """\
+from kassette import LocalStorage, kassette
+from kassette import explore as kx
+
+storage = LocalStorage("journals")
+
+
+@kassette(storage=storage, version="coder-v1")
+def coder(ctx, task):
+    plan = ctx.step("plan", lambda: f"plan for {task}")
+    code = ctx.step("implement", lambda: f"code for {plan}")
+    return ctx.step("test", lambda: f"{code}: passes")
+
+
+coder.start("parse dates", run_id="main")
+coder.fork("main", step="test", new_run_id="retest")""",
+        'explorer = kx.ForkExplorer(coder, "main")\nexplorer',
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(notebook, path)
+
+
+def wait_for_server(process: subprocess.Popen[bytes], runtime: Path, log: Path) -> str:
+    """The URL JupyterLab serves at, from the file it writes once it listens."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        for info in runtime.glob("jpserver-*.json"):
+            with info.open() as file:
+                try:
+                    return str(json.load(file)["url"])
+                except (json.JSONDecodeError, KeyError):  # being written
+                    pass
+        time.sleep(0.1)
+    raise RuntimeError(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (JupyterLab's kernels run in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
+        found += below
+        pending += below
+    return found
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop JupyterLab's process group, then anything it started that outlived it."""
+    below = descendants(process.pid)
+    for signum, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    root = tmp_path_factory.mktemp("lab")
+    work = root / "notebooks"
+    work.mkdir()
+    for notebook in NOTEBOOKS:
+        shutil.copy(notebook, work / notebook.name)
+    fork_notebook(work / FORK_NOTEBOOK)
+    env = lab_environment(root)
+    token, log = secrets.token_hex(16), root / "lab.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root"),
+                *("--ip=127.0.0.1", "--port=0", f"--IdentityProvider.token={token}"),
+                *(f"--ServerApp.root_dir={work}", "--ServerApp.terminals_enabled=False"),
+                *("--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None"),
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.extension_manager=readonly",
+            ],
+            env=env,
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        url = wait_for_server(process, root / "runtime", log)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch_persistent_context(
+                root / "chromium",  # a fresh profile
+                executable_path=CHROMIUM,
+                args=BROWSER_ARGS,
+                env={**env, "HOME": str(root), "XDG_CONFIG_HOME": str(root / "config")},
+                viewport={"width": 1400, "height": 1000},
+            )
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(WAIT)
+                expect.set_options(timeout=WAIT)
+                page.goto(f"{url}lab?token={token}", timeout=START_TIMEOUT * 1000)
+                page.wait_for_function("window.jupyterapp", timeout=START_TIMEOUT * 1000)
+                page.evaluate("window.jupyterapp.restored")
+                yield Lab(page, work)
+            finally:
+                browser.close()
+    finally:
+        stop(process)
+
+
+@pytest.mark.parametrize(
+    "notebook", [*[path.name for path in NOTEBOOKS], FORK_NOTEBOOK], ids=lambda name: name
+)
+def test_the_notebook_runs_and_its_widgets_render(lab: Lab, notebook: str) -> None:
+    panel = lab.run(notebook)
+    cells = lab.cells(notebook)
+    for cell in cells:
+        for output in cell["outputs"]:
+            assert output["output_type"] != "error", (cell["source"], output["traceback"])
+            assert output.get("name") != "stderr", (cell["source"], output["text"])
+        assert cell["execution_count"] is not None, cell["source"]
+    shown = sum(WIDGET in output.get("data", {}) for cell in cells for output in cell["outputs"])
+    assert shown or notebook.startswith("03"), "no widget to check"
+    plain = panel.locator('.jp-OutputArea-output[data-mime-type="text/plain"]').all_inner_texts()
+    assert not [t for t in plain if PLAIN_WIDGET.search(t.strip())], "a widget shown as text"
+    views = panel.locator(".jp-OutputArea-output > .jupyter-widgets")  # a widget's root view
+    expect(views).to_have_count(shown)
+    for number in range(shown):
+        expect(views.nth(number)).to_be_visible()
+    text = panel.locator(".jp-OutputArea-output").all_inner_texts()
+    assert not [t for t in text if "Error displaying widget" in t or PLAIN_WIDGET.search(t)]
+    for tree in panel.locator(".kassette-run-tree").all():
+        legend, nodes = tree.evaluate(COLOURS)
+        assert list(legend.values()) == ["completed", "failed", "canceled", "suspended", "running"]
+        for tooltip, colour in nodes:  # "run-id: status", the button's colour as drawn
+            assert legend[colour] == tooltip.rsplit(": ", 1)[1], (tooltip, colour, legend)
+
+
+def node(panel: Locator, run_id: str) -> Locator:
+    """The RunTree button of a run."""
+    return panel.locator(".kassette-forest button", has_text=re.compile(f"^{run_id} ·"))
+
+
+def test_clicking_a_run_tree_node_shows_its_entries(lab: Lab) -> None:
+    panel = lab.run("01-explore-a-run.ipynb")
+    details = panel.locator(".kassette-run-tree .kassette-details")
+    expect(details.locator("p b").first).to_have_text("INC-4823")  # the notebook's choice
+    expect(node(panel, "INC-4823")).to_have_css("font-weight", "700")
+    node(panel, "INC-4821").click()
+    expect(details.locator("p b").first).to_have_text("INC-4821")
+    expect(details.locator("p")).to_contain_text("completed")
+    expect(details.locator("tbody tr")).to_have_count(7)  # two sessions, resumed in between
+    expect(details.locator("tbody")).to_contain_text("human-approval")
+    expect(node(panel, "INC-4821")).to_have_css("font-weight", "700")
+    expect(node(panel, "INC-4823")).to_have_css("font-weight", "400")
+
+
+def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) -> None:
+    panel = lab.run(FORK_NOTEBOOK)
+    journals = lab.root / "journals"
+    assert sorted(path.name for path in journals.glob("*.jsonl")) == ["main.jsonl", "retest.jsonl"]
+    target = panel.locator(".kassette-fork-target")
+    expect(target).to_have_text(
+        "Fork will branch main at offset 1 into a new run (random id): "
+        "it keeps entry 0 and runs again from entry 1 (step plan)."
+    )
+    details = panel.locator(".kassette-details")
+    node(panel, "retest").click()
+    expect(details.locator("p")).to_contain_text("retest completed, forked from main at offset 3")
+    expect(target).to_contain_text("Fork will branch retest at offset")
+    node(panel, "main").click()
+    expect(target).to_contain_text("Fork will branch main at offset 1")
+    panel.locator(".kassette-fork-explorer select").select_option(label="implement (offset 2)")
+    panel.locator(".kassette-fork-explorer input[type=text]").fill("rewrite")
+    expect(target).to_have_text(
+        "Fork will branch main at offset 2 into rewrite: "
+        "it keeps entries 0 to 1 and runs again from entry 2 (step implement)."
+    )
+    panel.locator(".kassette-fork-explorer button", has_text="Fork").click()
+    status = panel.locator(".kassette-fork-status")
+    expect(status).to_have_text("forked main at offset 2 into rewrite: success")
+    expect(panel.locator(".kassette-forest button")).to_have_count(3)
+    expect(node(panel, "rewrite")).to_have_text("rewrite · @2 · 3 steps")
+    expect(details.locator("p b").first).to_have_text("rewrite")  # the new branch is selected
+    expect(target).to_contain_text("Fork will branch rewrite at offset")
+    written = sorted(path.name for path in journals.glob("*.jsonl"))
+    assert written == ["main.jsonl", "retest.jsonl", "rewrite.jsonl"]
+    journal = read_journal(LocalStorage(journals), "rewrite")
+    assert journal.entries[2]["source"] == {"runId": "main", "fromOffset": 2}
+    assert journal.entries[-1]["type"] == "complete"
