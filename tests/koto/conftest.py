@@ -66,9 +66,15 @@ class Koto:
         return [sys.executable, "-m", "kassette.koto.cli", *args]
 
     def __call__(self, *args: str, input: bytes | None = None, **environment: str) -> Result:
+        return self.at(self.cwd, *args, input=input, **environment)
+
+    def at(
+        self, directory: Path, *args: str, input: bytes | None = None, **environment: str
+    ) -> Result:
+        """Run `koto` in `directory` instead of the project directory."""
         process = subprocess.run(
             self.command(*args),
-            cwd=self.cwd,
+            cwd=directory,
             env={**self.environment, **environment},
             input=input,
             capture_output=True,
