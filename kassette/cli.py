@@ -5,7 +5,10 @@ prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`, `export`),
 journal bytes (`dump`) or an indented text tree (`tree`). The command never runs workflow code.
 Failures are one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit
 code tells their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage,
-3 run not found, 4 journal corrupt, 5 storage error. See docs/cli.md.
+3 run or storage not found, 4 journal corrupt, 5 storage error. See docs/cli.md.
+
+Every verb reads existing runs (`fork` and `cancel` too), so a `file:` storage whose directory
+does not exist is an error, not an empty store: most likely a wrong path or working directory.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from kassette.core import cancel_run, fork_run, run_status
@@ -28,8 +33,9 @@ from kassette.errors import (
     StorageError,
 )
 from kassette.journal import Journal
-from kassette.lineage import RunNode, build_forest, draw_tree, tree_lines
+from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
 from kassette.storage import Storage, open_storage, validate_run_id
+from kassette.storage.local import LocalStorage
 
 __all__ = ["main"]
 
@@ -57,6 +63,10 @@ _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 
 class UsageError(Exception):
     """The command line itself is wrong: unknown verb or flag, a missing or malformed value."""
+
+
+class StorageNotFoundError(LookupError):
+    """The storage named does not exist (a `file:` directory that is not there)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,28 +109,54 @@ def _report(exc: BaseException, stream: IO[str]) -> None:
 
 @dataclass(frozen=True)
 class _Listed:
-    """One run as `list` and `tree` see it; a corrupt journal has no source to follow."""
+    """One run as `list` and `tree` see it; a corrupt journal has no source to follow and no
+    creation time."""
 
     run_id: str
     status: str
     source: dict[str, Any] | None
     steps: int
+    created: float | None  # POSIX seconds
+
+    @property
+    def parent_run_id(self) -> str | None:
+        parent = (self.source or {}).get("runId")
+        return parent if isinstance(parent, str) else None
 
 
-def _listed_runs(storage: Storage) -> Iterator[_Listed]:
+def _listed_runs(storage: Storage) -> list[_Listed]:
+    """Every run, oldest first (see `kassette.lineage.creation_order`)."""
+    runs: dict[str, _Listed] = {}
     for run_id in storage.list_runs():
         try:
             status = run_status(storage, run_id)
         except RunNotFoundError:
             continue  # deleted between listing and reading
         except JournalCorruptionError:
-            yield _Listed(run_id, CORRUPT, None, 0)
+            runs[run_id] = _Listed(run_id, CORRUPT, None, 0, None)
             continue
-        yield _Listed(run_id, status.status, status.source, status.steps)
+        created = _seconds(status.created_at)
+        runs[run_id] = _Listed(run_id, status.status, status.source, status.steps, created)
+    order = creation_order(
+        {run_id: run.created for run_id, run in runs.items()},
+        {run_id: run.parent_run_id for run_id, run in runs.items()},
+    )
+    return [runs[run_id] for run_id in order]
+
+
+def _seconds(timestamp: str | None) -> float | None:
+    """An ISO 8601 time as POSIX seconds (one without a zone is UTC); None if unreadable."""
+    try:
+        moment = datetime.fromisoformat(timestamp) if timestamp is not None else None
+    except ValueError:
+        return None
+    if moment is None:
+        return None
+    return (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment).timestamp()
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:
-    runs = _listed_runs(storage)
+    runs: Iterator[_Listed] = iter(_listed_runs(storage))
     if args.status is not None:
         runs = (run for run in runs if run.status == args.status)
     for run in itertools.islice(runs, args.limit):
@@ -178,19 +214,29 @@ def _cancel(storage: Storage, args: argparse.Namespace) -> None:
 def _export(storage: Storage, args: argparse.Namespace) -> None:
     from kassette import explore  # pandas and pyarrow: needed by this verb only
 
-    _write(_json_line(explore.export(storage, args.out, format=args.format)))
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InvalidArgumentError(f"cannot export into {args.out}: it is not a directory")
+    if out.is_dir() and not args.overwrite and any(out.iterdir()):
+        raise InvalidArgumentError(
+            f"cannot export into {args.out}: it is not empty (--overwrite writes into it)"
+        )
+    try:
+        summary = explore.export(storage, args.out, format=args.format)
+    except OSError as exc:  # the output cannot be written (the storage errors are translated)
+        raise StorageError(f"cannot export into {args.out}: {exc}") from exc
+    _write(_json_line(summary))
 
 
 # -- fork lineage ----------------------------------------------------------------------------
 
 
 def _node(run: _Listed) -> RunNode:
-    source = run.source or {}
-    parent, offset = source.get("runId"), source.get("fromOffset")
+    offset = (run.source or {}).get("fromOffset")
     return RunNode(
         run_id=run.run_id,
         status=run.status,
-        parent_run_id=parent if isinstance(parent, str) else None,
+        parent_run_id=run.parent_run_id,
         fork_offset=offset if isinstance(offset, int) and not isinstance(offset, bool) else None,
         steps=run.steps,
     )
@@ -240,7 +286,7 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog="kassette",
         description="Inspect, fork and cancel kassette runs (append-only JSONL journals).",
-        epilog="Exit codes: 0 ok, 1 other kassette error, 2 usage, 3 run not found, "
+        epilog="Exit codes: 0 ok, 1 other kassette error, 2 usage, 3 run or storage not found, "
         "4 journal corrupt, 5 storage error. Errors are one JSON line on stderr.",
         allow_abbrev=False,
     )
@@ -254,7 +300,7 @@ def _parser() -> _Parser:
         sub.set_defaults(function=function)
         return sub
 
-    sub = verb("list", _list, "List runs, one {runId, status} JSON object per line.")
+    sub = verb("list", _list, "List runs oldest first, one {runId, status} JSON object per line.")
     sub.add_argument("--limit", type=_count, metavar="N", help="print at most N runs")
     sub.add_argument("--status", choices=_STATUSES, help="only runs with this status")
 
@@ -286,9 +332,29 @@ def _parser() -> _Parser:
     sub.add_argument("--reason", metavar="R", help="recorded in the cancel entry")
 
     sub = verb("export", _export, "Write every run's entries and a runs table into OUT.")
-    sub.add_argument("out", metavar="OUT", help="a directory (created if missing)")
-    sub.add_argument("--format", choices=("parquet", "jsonl", "csv"), required=True)
+    sub.add_argument("out", metavar="OUT", help="a directory, created if missing")
+    sub.add_argument(
+        "--format", choices=("parquet", "jsonl", "csv"), default="parquet", help="default parquet"
+    )
+    sub.add_argument(
+        "--overwrite", action="store_true", help="write into OUT even if it is not empty"
+    )
     return parser
+
+
+def _check_exists(storage: Storage, url: str) -> None:
+    """Refuse a `file:` storage whose directory is not there (a wrong path, most likely)."""
+    if not isinstance(storage, LocalStorage):
+        return  # memory: is empty by design; an S3 prefix exists once something is in it
+    try:
+        storage.path.stat()
+    except FileNotFoundError:
+        raise StorageNotFoundError(
+            f"storage {url} not found: the directory {storage.path} does not exist "
+            "(kassette creates it when a workflow writes its first run)"
+        ) from None
+    except OSError:
+        pass  # e.g. no permission: the verb reports it as a StorageError
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -311,7 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(exc, sys.stderr)
         return EXIT_USAGE
     try:
+        _check_exists(storage, url)
         args.function(storage, args)
+    except StorageNotFoundError as exc:
+        _report(exc, sys.stderr)
+        return EXIT_NOT_FOUND
     except KassetteError as exc:
         _report(exc, sys.stderr)
         return _exit_code(exc)

@@ -15,6 +15,7 @@ import pytest
 from kassette import LocalStorage, Workflow, kassette
 from kassette.cli import main
 from kassette.core import fork_run, open_run, run_status
+from kassette.testing import FakeClock
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +58,9 @@ def cli(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> Cli:
     return Cli(tmp_path / "journals", capsysbinary)
 
 
-def three_steps(storage: LocalStorage, calls: Counter[str]) -> Workflow[Any, Any]:
+def three_steps(
+    storage: LocalStorage, calls: Counter[str], clock: FakeClock | None = None
+) -> Workflow[Any, Any]:
     """A workflow `a -> b -> c` that counts how often each step really runs."""
 
     def work(ctx: Any, value: int) -> dict[str, int]:
@@ -72,29 +75,36 @@ def three_steps(storage: LocalStorage, calls: Counter[str]) -> Workflow[Any, Any
         b = step("b", a * 10)
         return {"c": step("c", b + 5)}
 
-    return kassette(work, storage=storage, version="v1")
+    return kassette(work, storage=storage, version="v1", clock=clock)
 
 
-def suspending(storage: LocalStorage) -> Workflow[Any, Any]:
+def suspending(storage: LocalStorage, clock: FakeClock | None = None) -> Workflow[Any, Any]:
     def work(ctx: Any, value: Any) -> Any:
         ctx.step("prepare", lambda: value)
         return ctx.suspend("approval", reason="needs a human")
 
-    workflow: Workflow[Any, Any] = kassette(work, storage=storage)
+    workflow: Workflow[Any, Any] = kassette(work, storage=storage, clock=clock)
     return workflow
 
 
-def write_runs(cli: Cli) -> None:
-    """done: completed, waiting: suspended, open: running, broken: failed."""
-    three_steps(cli.storage, Counter()).start(1, run_id="done")
-    suspending(cli.storage).start("x", run_id="waiting")
-    with open_run(cli.storage, "open", metadata={"n": 1}) as run:
+def write_runs(cli: Cli) -> FakeClock:
+    """done: completed, waiting: suspended, open: running, broken: failed; created in this
+    order, a second apart (the clock returned)."""
+    clock = FakeClock()
+    three_steps(cli.storage, Counter(), clock).start(1, run_id="done")
+    clock.advance(1)
+    suspending(cli.storage, clock).start("x", run_id="waiting")
+    clock.advance(1)
+    with open_run(cli.storage, "open", metadata={"n": 1}, clock=clock) as run:
         run.record("first", lambda: 1)
+    clock.advance(1)
 
     def fails(ctx: Any, value: Any) -> None:
         raise RuntimeError("boom")
 
-    kassette(fails, storage=cli.storage).start(None, run_id="broken")
+    kassette(fails, storage=cli.storage, clock=clock).start(None, run_id="broken")
+    clock.advance(1)
+    return clock
 
 
 def run_module(
@@ -118,26 +128,43 @@ def run_module(
 # -- list ------------------------------------------------------------------------------------
 
 
-def test_list_prints_one_run_and_status_per_line_in_id_order(cli: Cli) -> None:
+def test_list_prints_one_run_and_status_per_line_oldest_first(cli: Cli) -> None:
     write_runs(cli)
     assert cli.json_lines("list") == [
-        {"runId": "broken", "status": "failed"},
         {"runId": "done", "status": "completed"},
-        {"runId": "open", "status": "running"},
         {"runId": "waiting", "status": "suspended"},
+        {"runId": "open", "status": "running"},
+        {"runId": "broken", "status": "failed"},
     ]
 
 
+def test_list_orders_a_fork_by_its_own_start_and_after_its_source(cli: Cli) -> None:
+    """A fork is as old as its own `start` entry, not as the entries it copied; one made in the
+    same millisecond as its source still follows it, whatever the run ids."""
+    clock = FakeClock()
+    workflow = three_steps(cli.storage, Counter(), clock)
+    workflow.start(1, run_id="z-root")
+    workflow.fork("z-root", offset=2, new_run_id="y-fork")  # the same millisecond
+    clock.advance(1)
+    workflow.start(2, run_id="m-root")
+    clock.advance(1)
+    workflow.fork("y-fork", offset=3, new_run_id="a-late-fork")  # copies z-root's old entries
+    (cli.directory / "b-mangled.jsonl").write_bytes(b"not json\n")  # no time: listed last
+    oldest_first = ["z-root", "y-fork", "m-root", "a-late-fork", "b-mangled"]
+    assert [run["runId"] for run in cli.json_lines("list")] == oldest_first
+    assert [run["runId"] for run in cli.json_lines("list", "--limit", "2")] == oldest_first[:2]
+
+
 def test_list_filters_by_status_then_limits(cli: Cli) -> None:
-    write_runs(cli)
-    three_steps(cli.storage, Counter()).start(2, run_id="done2")
+    clock = write_runs(cli)
+    three_steps(cli.storage, Counter(), clock).start(2, run_id="done2")
     assert cli.json_lines("list", "--status", "completed") == [
         {"runId": "done", "status": "completed"},
         {"runId": "done2", "status": "completed"},
     ]
     assert cli.json_lines("list", "--limit", "2") == [
-        {"runId": "broken", "status": "failed"},
         {"runId": "done", "status": "completed"},
+        {"runId": "waiting", "status": "suspended"},
     ]
     assert cli.json_lines("list", "--status", "completed", "--limit", "1") == [
         {"runId": "done", "status": "completed"}
@@ -145,9 +172,9 @@ def test_list_filters_by_status_then_limits(cli: Cli) -> None:
     assert cli.json_lines("list", "--limit", "0") == []
 
 
-def test_list_of_an_empty_or_missing_directory_prints_nothing(cli: Cli) -> None:
+def test_list_of_an_empty_directory_prints_nothing(cli: Cli) -> None:
+    cli.directory.mkdir()
     assert cli("list") == (0, b"", b"")
-    assert not cli.directory.exists()
 
 
 def test_list_shows_a_corrupt_journal_as_corrupt_and_keeps_going(cli: Cli) -> None:
@@ -328,28 +355,30 @@ def test_fork_into_a_different_existing_run_is_refused(cli: Cli) -> None:
 
 
 def test_tree_draws_forks_and_forks_of_forks(cli: Cli) -> None:
-    three_steps(cli.storage, Counter()).start(1, run_id="root")
-    suspending(cli.storage).start("x", run_id="other")
-    fork_run(cli.storage, "root", step="c", new_run_id="late")
-    fork_run(cli.storage, "root", offset=1, new_run_id="early")
-    fork_run(cli.storage, "late", offset=2, new_run_id="late-again")
+    clock = FakeClock()  # 2026-01-01T00:00:00Z
+    three_steps(cli.storage, Counter(), clock).start(1, run_id="root")
+    clock.advance(1)
+    suspending(cli.storage, clock).start("x", run_id="other")
+    fork_run(cli.storage, "root", step="c", new_run_id="late", clock=clock)
+    fork_run(cli.storage, "root", offset=1, new_run_id="early", clock=clock)
+    fork_run(cli.storage, "late", offset=2, new_run_id="late-again", clock=clock)
     cli.storage.append(  # a fork whose source was deleted (or lives elsewhere)
         "orphan",
-        b'{"type":"start","session":1,"offset":0,"timestamp":"2026-01-01T00:00:00.000Z",'
+        b'{"type":"start","session":1,"offset":0,"timestamp":"2026-01-01T00:00:00.500Z",'
         b'"metadata":null,"source":{"runId":"gone","fromOffset":4}}\n',
         token=None,
     )
     code, out, err = cli("tree")
     assert (code, err) == (0, b"")
-    assert out.decode() == (
-        "orphan (running, fork of gone at offset 4, gone not found)\n"
-        "other (suspended)\n"
+    assert out.decode() == (  # roots oldest first, as `list` lists them
         "root (completed)\n"
         "├── early (running, from offset 1)\n"
         "└── late (running, from offset 3)\n"
         "    └── late-again (running, from offset 2)\n"
+        "orphan (running, fork of gone at offset 4, gone not found)\n"
+        "other (suspended)\n"
     )
-    expected_root_tree = out.decode().split("other (suspended)\n")[1]
+    expected_root_tree = out.decode().split("orphan (")[0]
     for member in ("root", "early", "late", "late-again"):
         assert cli("tree", member)[1].decode() == expected_root_tree
     assert cli("tree", "other")[1] == b"other (suspended)\n"
@@ -380,6 +409,7 @@ def test_tree_shows_a_corrupt_journal_as_its_own_root(cli: Cli) -> None:
 
 
 def test_tree_of_nothing_prints_nothing(cli: Cli) -> None:
+    cli.directory.mkdir()
     assert cli("tree") == (0, b"", b"")
 
 
@@ -481,7 +511,7 @@ def test_an_unknown_storage_scheme_exits_2(cli: Cli, url: str) -> None:
         ["list", "--bogus"],
         ["--bogus", "list"],
         ["explode"],
-        ["export", "out"],  # --format is required
+        ["export"],  # OUT is required
         ["export", "out", "--format", "xlsx"],
         [],
         ["status"],
@@ -492,6 +522,29 @@ def test_usage_errors_are_one_json_line_and_exit_2(cli: Cli, args: list[str]) ->
     code, error = cli.error(*args)
     assert (code, error["type"]) == (2, "UsageError")
     assert error["message"].startswith("kassette")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list"],
+        ["status", "run"],
+        ["dump", "run"],
+        ["tree"],
+        ["tree", "run"],
+        ["fork", "run", "--from-offset", "0", "--new-run-id", "new"],
+        ["cancel", "run"],
+        ["export", "exported"],
+    ],
+)
+def test_a_missing_storage_directory_exits_3_and_nothing_is_created(
+    cli: Cli, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, error = cli.error(*args)
+    assert (code, error["type"]) == (3, "StorageNotFoundError")
+    assert error["message"].startswith(f"storage {cli.url} not found")
+    assert sorted(os.listdir(tmp_path)) == []  # neither the storage nor an export directory
 
 
 def test_a_storage_error_exits_5(cli: Cli) -> None:
@@ -506,6 +559,7 @@ def test_a_storage_error_exits_5(cli: Cli) -> None:
 
 def test_storage_may_come_before_or_after_the_verb(cli: Cli, tmp_path: Path) -> None:
     write_runs(cli)
+    (tmp_path / "empty").mkdir()
     empty = f"file:{tmp_path / 'empty'}"
     for argv in (
         ["--storage", cli.url, "list", "--limit", "1"],
@@ -515,7 +569,7 @@ def test_storage_may_come_before_or_after_the_verb(cli: Cli, tmp_path: Path) -> 
     ):
         assert main(argv) == 0
         out = cli.captured()[0]
-        assert json.loads(out) == {"runId": "broken", "status": "failed"}, argv
+        assert json.loads(out) == {"runId": "done", "status": "completed"}, argv
     assert main(["--storage", cli.url, "list", "--storage", empty]) == 0
     assert cli.captured() == (b"", b"")
 
@@ -529,7 +583,9 @@ def test_storage_defaults_to_the_environment_then_to_dot_kassette(
 
     monkeypatch.delenv("KASSETTE_STORAGE")
     monkeypatch.chdir(tmp_path)
-    assert cli.json_lines("list", storage=False) == []
+    code, error = cli.error("list", storage=False)
+    assert (code, error["type"]) == (3, "StorageNotFoundError")
+    assert error["message"].startswith("storage file:.kassette not found")
     three_steps(LocalStorage(tmp_path / ".kassette"), Counter()).start(1, run_id="here")
     assert cli.json_lines("list", storage=False) == [{"runId": "here", "status": "completed"}]
 
@@ -574,10 +630,19 @@ def test_python_m_kassette_errors_and_help(tmp_path: Path) -> None:
     assert (unknown.returncode, unknown.stdout) == (2, b"")
     assert json.loads(unknown.stderr)["error"]["type"] == "UsageError"
 
+    (tmp_path / "j").mkdir()
     missing = run_module("status", "nope", cwd=tmp_path, env={"KASSETTE_STORAGE": "file:j"})
     assert missing.returncode == 3
     assert json.loads(missing.stderr) == {
         "error": {"type": "RunNotFoundError", "message": "run nope not found", "runId": "nope"}
+    }
+    (tmp_path / "j").rmdir()
+    nowhere = run_module("list", cwd=tmp_path, env={"KASSETTE_STORAGE": "file:j"})
+    assert (nowhere.returncode, nowhere.stdout) == (3, b"")
+    assert json.loads(nowhere.stderr)["error"] == {
+        "type": "StorageNotFoundError",
+        "message": "storage file:j not found: the directory j does not exist "
+        "(kassette creates it when a workflow writes its first run)",
     }
 
     scheme = run_module("--storage", "ftp://x", "list", cwd=tmp_path)

@@ -1,4 +1,4 @@
-"""`kassette export OUT --format F`: the CLI verb over kx.export."""
+"""`kassette export OUT [--format F] [--overwrite]`: the CLI verb over kx.export."""
 
 from __future__ import annotations
 
@@ -34,6 +34,92 @@ def test_export_prints_a_summary(
     assert all(Path(path).exists() for path in summary["files"])
     if format == "parquet":
         assert pq.read_table(out / "entries").num_rows == summary["entries"]
+
+
+def test_the_format_defaults_to_parquet_as_in_kx_export(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["--storage", url, "export", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["format"] == "parquet"
+    assert pq.read_table(out / "runs").num_rows == len(RUNS)
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.mark.parametrize("format", ["parquet", "jsonl", "csv"])
+def test_a_non_empty_output_needs_overwrite(
+    url: str, tmp_path: Path, format: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["--storage", url, "export", str(out), "--format", format]
+    assert main(argv) == 0  # into a directory that does not exist yet
+    (out / "notes.txt").write_text("mine")
+    before = tree(out)
+    capsys.readouterr()
+    LocalStorage(tmp_path / "journals").append(  # one more run: a new export would differ
+        "newer",
+        b'{"type":"start","session":1,"offset":0,"timestamp":"2026-01-02T00:00:00.000Z",'
+        b'"metadata":null}\n',
+        token=None,
+    )
+
+    assert main(argv) == 2  # again: refused, nothing written
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    error = json.loads(captured.err)["error"]
+    assert error["type"] == "InvalidArgumentError"
+    assert (
+        error["message"]
+        == f"cannot export into {out}: it is not empty (--overwrite writes into it)"
+    )
+    assert tree(out) == before
+
+    assert main([*argv, "--overwrite"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["runs"] == len(RUNS) + 1
+    assert (out / "notes.txt").read_text() == "mine"  # only the export's own files are replaced
+    assert set(tree(out)) == set(before)
+
+
+def test_an_empty_output_directory_needs_no_overwrite(url: str, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    assert main(["--storage", url, "export", str(tmp_path / "out"), "--format", "csv"]) == 0
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_an_output_that_is_a_file_is_refused(
+    url: str, tmp_path: Path, overwrite: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"precious")
+    assert main(["--storage", url, "export", str(out), *overwrite]) == 2
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert (error["type"], error["message"]) == (
+        "InvalidArgumentError",
+        f"cannot export into {out}: it is not a directory",
+    )
+    assert out.read_bytes() == b"precious"
+
+
+def test_an_output_that_cannot_be_written_is_a_storage_error(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    out = tmp_path / "file" / "out"  # under a file: no directory can be made there
+    assert main(["--storage", url, "export", str(out), "--format", "jsonl"]) == 5
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    error = json.loads(captured.err)["error"]
+    assert error["type"] == "StorageError"
+    assert error["message"].startswith(f"cannot export into {out}: ")
 
 
 def test_export_of_a_corrupt_journal_exits_4(
