@@ -146,11 +146,11 @@ def _listed_runs(storage: Storage) -> list[_Listed]:
 
 def _seconds(timestamp: str | None) -> float | None:
     """An ISO 8601 time as POSIX seconds (one without a zone is UTC); None if unreadable."""
-    try:
-        moment = datetime.fromisoformat(timestamp) if timestamp is not None else None
-    except ValueError:
+    if timestamp is None:
         return None
-    if moment is None:
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except ValueError:
         return None
     return (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment).timestamp()
 
