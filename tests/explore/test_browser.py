@@ -5,7 +5,8 @@ render: without a working widget manager JupyterLab shows "Error displaying widg
 widget's plain-text repr instead. This module starts JupyterLab on 127.0.0.1 in a temporary
 directory holding copies of notebooks/*.ipynb and one notebook of its own that forks into a
 LocalStorage there, runs every notebook in Chromium, then clicks a RunTree node and the
-ForkExplorer's Fork button.
+ForkExplorer's Fork button. It also opens trusted copies of the notebooks as stored: their
+widgets must show from the widget state notebooks/execute.py saved, without running.
 
 Chromium is the system's (Debian: `apt-get install chromium`, which .ci/run does): Playwright
 drives it by path, so no browser download is needed. Without one the module is skipped, except
@@ -40,6 +41,7 @@ from kassette.core import read_journal
 
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 FORK_NOTEBOOK = "fork-into-files.ipynb"
+SAVED = ["01-explore-a-run.ipynb", "02-speculative-forks.ipynb"]  # stored with widget state
 WIDGET = "application/vnd.jupyter.widget-view+json"
 START_TIMEOUT = 60.0  # JupyterLab's server, then its page
 CELL_TIMEOUT = 120_000  # ms: a whole notebook's cells
@@ -78,16 +80,23 @@ class Lab:
     root: Path
     panels: dict[str, str] = field(default_factory=dict)  # notebook -> panel id, once run
 
-    def run(self, notebook: str) -> Locator:
-        """Open `notebook` (once), run all its cells, and return its panel in the page."""
+    def open(self, notebook: str) -> Locator:
+        """Open `notebook` (once) as it is stored, and return its panel in the page."""
         if notebook not in self.panels:
             panel_id = self.page.evaluate(OPEN, notebook)
             self.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=WAIT * 3)
-            self.page.evaluate(RUN_ALL, panel_id)
-            self.page.wait_for_function(CELLS_DONE, arg=panel_id, timeout=CELL_TIMEOUT)
             self.panels[notebook] = panel_id
         self.page.evaluate("id => window.jupyterapp.shell.activateById(id)", self.panels[notebook])
         return self.page.locator(f"#{self.panels[notebook]}")
+
+    def run(self, notebook: str) -> Locator:
+        """Open `notebook` (once), run all its cells (once), and return its panel."""
+        ran = notebook in self.panels
+        panel = self.open(notebook)
+        if not ran:
+            self.page.evaluate(RUN_ALL, self.panels[notebook])
+            self.page.wait_for_function(CELLS_DONE, arg=self.panels[notebook], timeout=CELL_TIMEOUT)
+        return panel
 
     def cells(self, notebook: str) -> list[dict[str, Any]]:
         """The code cells of an open notebook, as nbformat JSON."""
@@ -248,7 +257,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     for notebook in NOTEBOOKS:
         shutil.copy(notebook, work / notebook.name)
     fork_notebook(work / FORK_NOTEBOOK)
+    (work / "saved").mkdir()
+    for name in SAVED:
+        shutil.copy(work / name, work / "saved" / name)
     env = lab_environment(root)
+    # JupyterLab shows stored widget state only in a notebook signed as trusted
+    saved = [str(work / "saved" / name) for name in SAVED]
+    trust = [sys.executable, "-m", "jupyter", "trust", *saved]
+    subprocess.run(trust, env=env, check=True, capture_output=True, timeout=60)
     token, log = secrets.token_hex(16), root / "lab.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -304,10 +320,25 @@ def test_the_notebook_runs_and_its_widgets_render(lab: Lab, notebook: str) -> No
         assert cell["execution_count"] is not None, cell["source"]
     shown = sum(WIDGET in output.get("data", {}) for cell in cells for output in cell["outputs"])
     assert shown or notebook.startswith("03"), "no widget to check"
+    check_widgets(panel, shown)
+
+
+@pytest.mark.parametrize("notebook", SAVED, ids=lambda name: name)
+def test_a_saved_trusted_notebook_shows_its_stored_widgets(lab: Lab, notebook: str) -> None:
+    """The widget state notebooks/execute.py stores is what a reader sees before running."""
+    panel = lab.open(f"saved/{notebook}")
+    cells = lab.cells(f"saved/{notebook}")
+    shown = sum(WIDGET in output.get("data", {}) for cell in cells for output in cell["outputs"])
+    assert shown, "no stored widget to check"
+    check_widgets(panel, shown)
+
+
+def check_widgets(panel: Locator, shown: int) -> None:
+    """`shown` widget views render in `panel`, none as text or an error; legends match."""
+    views = panel.locator(".jp-OutputArea-output > .jupyter-widgets")  # a widget's root view
+    expect(views, "widget views (a widget shown as text or an error is none)").to_have_count(shown)
     plain = panel.locator('.jp-OutputArea-output[data-mime-type="text/plain"]').all_inner_texts()
     assert not [t for t in plain if PLAIN_WIDGET.search(t.strip())], "a widget shown as text"
-    views = panel.locator(".jp-OutputArea-output > .jupyter-widgets")  # a widget's root view
-    expect(views).to_have_count(shown)
     for number in range(shown):
         expect(views.nth(number)).to_be_visible()
     text = panel.locator(".jp-OutputArea-output").all_inner_texts()
