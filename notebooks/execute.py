@@ -5,7 +5,8 @@
 The notebooks are kept with their outputs, and `pytest --nbval` (part of `make test`) runs
 them again and compares what they show, so rerun this after changing a notebook or what it
 displays, and commit the result. Widget state is stored in the notebook's metadata, so
-JupyterLab shows the widgets of a saved notebook without running it.
+JupyterLab shows the widgets of a saved notebook without running it, once the notebook is
+trusted (`jupyter trust`; tests/explore/test_browser.py checks this).
 """
 
 from __future__ import annotations
