@@ -21,7 +21,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from kassette.core import cancel_run, fork_run, run_status
@@ -214,15 +213,8 @@ def _cancel(storage: Storage, args: argparse.Namespace) -> None:
 def _export(storage: Storage, args: argparse.Namespace) -> None:
     from kassette import explore  # pandas and pyarrow: needed by this verb only
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InvalidArgumentError(f"cannot export into {args.out}: it is not a directory")
-    if out.is_dir() and not args.overwrite and any(out.iterdir()):
-        raise InvalidArgumentError(
-            f"cannot export into {args.out}: it is not empty (--overwrite writes into it)"
-        )
     try:
-        summary = explore.export(storage, args.out, format=args.format)
+        summary = explore.export(storage, args.out, format=args.format, overwrite=args.overwrite)
     except OSError as exc:  # the output cannot be written (the storage errors are translated)
         raise StorageError(f"cannot export into {args.out}: {exc}") from exc
     _write(_json_line(summary))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import inspect
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +134,48 @@ print(",".join(foreign))
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "", f"the core imported {result.stdout.strip()}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which kassette modules each kassette module imports, lazily or not."""
+    package = Path(kassette.__file__).parent
+    modules = {
+        ".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(
+            ".__init__"
+        ): path
+        for path in package.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name] |= {target for target in targets if target in modules} - {name}
+    return graph
+
+
+def test_no_module_imports_itself_back() -> None:
+    """Data flows one way: no cycle of imports, counting the ones inside functions."""
+    graph, state, stack = import_graph(), {}, []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        state[module] = "open"
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append([*stack[stack.index(target) :], target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert len(graph) > 30 and "kassette.explore._decode" in graph["kassette.explore.export"]
+    assert cycles == []

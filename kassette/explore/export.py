@@ -1,17 +1,20 @@
 """Export: a storage's runs written out for analysis as Parquet, JSON lines or CSV.
 
 `export(storage, out, format=...)` writes two tables into the directory `out`: the entries
-and the runs, with the columns of `Journals.entries` and `Journals.runs`. Parquet gives two
-datasets (`out/entries/`, `out/runs/`); JSON lines and CSV give `entries.jsonl`/`runs.jsonl`
-or `entries.csv`/`runs.csv`, timestamps as ISO 8601 text. In JSON lines an entry's `value`
-is embedded as JSON; in CSV it is JSON text. Runs are read and written a batch at a time, so
-a store larger than memory exports too, with a progress bar on stderr when that is a terminal.
+and the runs (oldest first), with the columns of `Journals.entries` and `Journals.runs`.
+Parquet gives two datasets (`out/entries/`, `out/runs/`); JSON lines and CSV give
+`entries.jsonl`/`runs.jsonl` or `entries.csv`/`runs.csv`, timestamps as ISO 8601 text. In JSON
+lines an entry's `value` is embedded as JSON; in CSV it is JSON text. Entries are read and
+written a batch at a time, so a store larger than memory exports too, with a progress bar on
+stderr when that is a terminal. A directory that holds anything is written into only with
+`overwrite=True`, which replaces the format's own output and leaves other files alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -26,7 +29,7 @@ import pyarrow.parquet as pq
 
 from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, decode
-from kassette.explore.frames import read_batches, unique_run_ids
+from kassette.explore._read import oldest_first, read_batches, unique_run_ids
 from kassette.storage import Storage, open_storage
 
 __all__ = ["FORMATS", "ParquetSink", "export"]
@@ -36,11 +39,11 @@ FORMATS: tuple[Format, ...] = ("parquet", "jsonl", "csv")
 
 
 class Sink(Protocol):
-    """Where an export writes: batches of entries and runs, then `close`."""
+    """Where an export writes: batches of entries, then `close` with the whole runs table."""
 
-    def write(self, entries: pa.Table, runs: pa.Table) -> None: ...
+    def write(self, entries: pa.Table) -> None: ...
 
-    def close(self) -> list[Path]: ...
+    def close(self, runs: pa.Table) -> list[Path]: ...
 
 
 class ParquetSink:
@@ -53,7 +56,7 @@ class ParquetSink:
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._files: list[Path] = []
 
-    def write(self, entries: pa.Table, runs: pa.Table) -> None:
+    def write(self, entries: pa.Table) -> None:
         if self.partition_by_run:
             target = self.directory / "entries"
             pa_dataset.write_dataset(
@@ -69,12 +72,11 @@ class ParquetSink:
             self._files.append(target)
         else:
             self._writer("entries", ENTRY_SCHEMA).write_table(entries)
-        self._writer("runs", RUN_SCHEMA).write_table(runs)
 
-    def close(self) -> list[Path]:
-        for name in ("entries", "runs"):
-            if name not in self._writers and not (name == "entries" and self.partition_by_run):
-                self._writer(name, ENTRY_SCHEMA if name == "entries" else RUN_SCHEMA)
+    def close(self, runs: pa.Table) -> list[Path]:
+        if not self.partition_by_run and "entries" not in self._writers:
+            self._writer("entries", ENTRY_SCHEMA)
+        self._writer("runs", RUN_SCHEMA).write_table(runs)
         for writer in self._writers.values():
             writer.close()
         return sorted(set(self._files))
@@ -100,11 +102,11 @@ class _CsvSink:
             )
         }
 
-    def write(self, entries: pa.Table, runs: pa.Table) -> None:
+    def write(self, entries: pa.Table) -> None:
         self._writers["entries"].write_table(_as_text(entries))
-        self._writers["runs"].write_table(_as_text(runs))
 
-    def close(self) -> list[Path]:
+    def close(self, runs: pa.Table) -> list[Path]:
+        self._writers["runs"].write_table(_as_text(runs))
         for writer in self._writers.values():
             writer.close()
         return list(self._paths.values())
@@ -119,11 +121,11 @@ class _JsonLinesSink:
             for name, path in self._paths.items()
         }
 
-    def write(self, entries: pa.Table, runs: pa.Table) -> None:
+    def write(self, entries: pa.Table) -> None:
         self._files["entries"].writelines(_json_lines(entries))
-        self._files["runs"].writelines(_json_lines(runs))
 
-    def close(self) -> list[Path]:
+    def close(self, runs: pa.Table) -> list[Path]:
+        self._files["runs"].writelines(_json_lines(runs))
         for file in self._files.values():
             file.close()
         return list(self._paths.values())
@@ -194,19 +196,23 @@ def export(
     format: Format = "parquet",
     run_ids: Iterable[str] | None = None,
     progress: bool | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write the entries and runs of every run (or of `run_ids`) into the directory `out`.
 
-    `format` is "parquet", "jsonl" or "csv". `progress` draws a progress bar on stderr;
-    None (the default) draws it when stderr is a terminal. Returns a summary: the format, the
-    directory, the numbers of runs and entries, and the files written.
+    `format` is "parquet", "jsonl" or "csv". `out` must be missing or empty unless
+    `overwrite`, which first removes that format's own output there (other files stay).
+    `progress` draws a progress bar on stderr; None (the default) draws it when stderr is a
+    terminal. Returns a summary: the format, the directory, the numbers of runs and entries,
+    and the files written.
     """
     if format not in FORMATS:
         raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    directory = Path(out)
+    _clear(directory, format, overwrite)
     storage = open_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
     total = len(wanted) if wanted is not None else sum(1 for _ in storage.list_runs())
-    directory = Path(out)
     sink: Sink = (
         ParquetSink(directory)
         if format == "parquet"
@@ -214,20 +220,43 @@ def export(
     )
     show = sys.stderr.isatty() if progress is None else progress
     bar = _Progress(total, sys.stderr if show else None)
-    runs = entries = 0
+    runs: list[pa.Table] = []
+    entries = 0
     try:
         for batch in read_batches(storage, wanted, skipped=lambda _: bar.advance(1)):
             entry_table, run_table = decode(batch)
-            sink.write(entry_table, run_table)
-            runs, entries = runs + run_table.num_rows, entries + entry_table.num_rows
+            sink.write(entry_table)
+            runs.append(run_table)
+            entries += entry_table.num_rows
             bar.advance(len(batch.run_ids))
     finally:
-        files = sink.close()
+        table = pa.concat_tables(runs) if runs else RUN_SCHEMA.empty_table()
+        files = sink.close(oldest_first(table) if wanted is None else table)
         bar.close()
     return {
         "format": format,
         "path": str(directory),
-        "runs": runs,
+        "runs": table.num_rows,
         "entries": entries,
         "files": [str(path) for path in files],
     }
+
+
+def _clear(directory: Path, format: Format, overwrite: bool) -> None:
+    """Refuse to export into a file, or into a directory that holds anything unless
+    `overwrite`; then remove what an earlier export of `format` left there."""
+    if directory.exists() and not directory.is_dir():
+        raise InvalidArgumentError(f"cannot export into {directory}: it is not a directory")
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return
+    if not overwrite:
+        raise InvalidArgumentError(
+            f"cannot export into {directory}: it is not empty (overwrite=True, or the CLI's"
+            " --overwrite, replaces an earlier export there)"
+        )
+    for name in ("entries", "runs"):
+        own = directory / (name if format == "parquet" else f"{name}.{format}")
+        if own.is_dir() and not own.is_symlink():
+            shutil.rmtree(own)
+        elif own.exists() or own.is_symlink():
+            own.unlink()

@@ -11,26 +11,23 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
-from kassette.lineage import creation_order
+from kassette.explore._read import oldest_first, read_batches, unique_run_ids
+from kassette.explore.export import ParquetSink
 from kassette.storage import Storage, open_storage
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
 Table = Literal["entries", "runs"]
-BATCH_BYTES = 64 << 20  # journal bytes decoded at a time
 
 
 class Journals:
@@ -84,11 +81,9 @@ class Journals:
         `pyarrow.dataset.dataset(...)`. With `partition_by_run`, the entries are split into
         one hive partition per run (`entries/run_id=ID/`), so a reader can skip whole runs.
         """
-        from kassette.explore.export import ParquetSink
-
         sink = ParquetSink(Path(directory), partition_by_run=partition_by_run)
-        sink.write(self._tables["entries"], self._tables["runs"])
-        sink.close()
+        sink.write(self._tables["entries"])
+        sink.close(self._tables["runs"])
         return Path(directory)
 
     def reload(self) -> Journals:
@@ -166,53 +161,5 @@ def load(storage_or_url: Storage | str, *, run_ids: Iterable[str] | None = None)
     entries = pa.concat_tables([entries for entries, _ in decoded])
     runs = pa.concat_tables([runs for _, runs in decoded])
     if wanted is None:
-        runs = _oldest_first(runs)
+        runs = oldest_first(runs)
     return Journals(entries, runs, storage=storage, run_ids=wanted)
-
-
-def _oldest_first(runs: pa.Table) -> pa.Table:
-    run_ids = runs.column("run_id").to_pylist()
-    started = pc.cast(runs.column("started_at"), pa.int64()).to_pylist()  # ms: no datetimes
-    order = creation_order(
-        dict(zip(run_ids, started, strict=True)),
-        dict(zip(run_ids, runs.column("parent_run_id").to_pylist(), strict=True)),
-    )
-    row = {run_id: index for index, run_id in enumerate(run_ids)}
-    return runs.take(pa.array([row[run_id] for run_id in order], pa.int64()))
-
-
-def unique_run_ids(run_ids: Iterable[str] | None) -> list[str] | None:
-    """`run_ids` without repeats (a single id may be given as a string), or None for all."""
-    if run_ids is None:
-        return None
-    return list(dict.fromkeys([run_ids] if isinstance(run_ids, str) else run_ids))
-
-
-def read_batches(
-    storage: Storage,
-    run_ids: list[str] | None,
-    *,
-    skipped: Callable[[str], None] | None = None,
-    batch_bytes: int | None = None,
-) -> Iterator[Batch]:
-    """The journals of `run_ids` (None: every run) in batches of about `batch_bytes` bytes
-    (default `BATCH_BYTES`).
-
-    A named run that does not exist raises `RunNotFoundError`; a listed run that disappeared
-    before it was read is passed to `skipped`.
-    """
-    batch = Batch()
-    for run_id in run_ids if run_ids is not None else list(storage.list_runs()):
-        snapshot = storage.read(run_id)
-        if snapshot is None:
-            if run_ids is not None:
-                raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-            if skipped is not None:
-                skipped(run_id)
-            continue
-        batch.add(run_id, snapshot.data)
-        if len(batch.data) >= (batch_bytes or BATCH_BYTES):
-            yield batch
-            batch = Batch()
-    if batch.run_ids:
-        yield batch

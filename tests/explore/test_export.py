@@ -84,7 +84,7 @@ def test_export_parquet_in_batches(
 ) -> None:
     storage = local_scenario.storage
     assert isinstance(storage, LocalStorage)
-    monkeypatch.setattr("kassette.explore.frames.BATCH_BYTES", 1500)  # several batches
+    monkeypatch.setattr("kassette.explore._read.BATCH_BYTES", 1500)  # several batches
     summary = kx.export(f"file:{storage.path}", tmp_path / "out", format="parquet")
     journals = kx.load(storage)
     assert summary == {
@@ -147,8 +147,42 @@ def test_progress_bar_on_stderr(scenario: Scenario, tmp_path: Path, capsys: Any)
     err = capsys.readouterr().err
     assert err.endswith(f"[{'#' * 30}]  9/9 runs\n")
     assert err.startswith("\rexport  [")
-    kx.export(scenario.storage, tmp_path, format="jsonl")  # stderr is not a terminal here
+    kx.export(scenario.storage, tmp_path, format="jsonl", overwrite=True)  # not a terminal
     assert capsys.readouterr().err == ""
+
+
+def test_a_non_empty_directory_needs_overwrite(scenario: Scenario, tmp_path: Path) -> None:
+    kx.export(scenario.storage, tmp_path, format="jsonl")
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "runs.jsonl").write_text("stale\n")
+    with pytest.raises(InvalidArgumentError, match="not empty"):
+        kx.export(scenario.storage, tmp_path, format="jsonl")
+    assert (tmp_path / "runs.jsonl").read_text() == "stale\n"  # refused before writing
+
+    summary = kx.export(scenario.storage, tmp_path, format="jsonl", overwrite=True)
+    assert summary["runs"] == len(RUNS)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    runs = [json.loads(line)["run_id"] for line in lines]
+    assert runs == kx.load(scenario.storage).run_ids  # oldest first, as Journals.runs
+
+
+def test_overwrite_replaces_a_partitioned_parquet_export(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    kx.load(scenario.storage).to_parquet(tmp_path, partition_by_run=True)
+    assert any(path.name.startswith("run_id=") for path in (tmp_path / "entries").iterdir())
+    kx.export(scenario.storage, tmp_path, overwrite=True)
+    assert [path.name for path in (tmp_path / "entries").iterdir()] == ["part-0.parquet"]
+    whole = kx.load(scenario.storage).to_arrow()
+    assert pq.read_table(tmp_path / "entries").num_rows == whole.num_rows
+
+
+def test_an_output_that_is_a_file_is_refused(scenario: Scenario, tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("a file")
+    with pytest.raises(InvalidArgumentError, match="not a directory"):
+        kx.export(scenario.storage, tmp_path / "out", overwrite=True)
+    assert (tmp_path / "out").read_text() == "a file"
 
 
 def test_export_arguments(scenario: Scenario, tmp_path: Path) -> None:

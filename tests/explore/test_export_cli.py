@@ -76,10 +76,8 @@ def test_a_non_empty_output_needs_overwrite(
     assert captured.out == ""
     error = json.loads(captured.err)["error"]
     assert error["type"] == "InvalidArgumentError"
-    assert (
-        error["message"]
-        == f"cannot export into {out}: it is not empty (--overwrite writes into it)"
-    )
+    assert error["message"].startswith(f"cannot export into {out}: it is not empty")
+    assert "--overwrite" in error["message"]
     assert tree(out) == before
 
     assert main([*argv, "--overwrite"]) == 0

@@ -23,7 +23,7 @@ from kassette import (
 )
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
-from kassette.explore import _decode
+from kassette.explore import _decode, _read
 from kassette.journal import encode, format_timestamp
 from kassette.testing import FakeClock
 
@@ -403,10 +403,9 @@ def test_any_payload_round_trips(results: list[Any], name: str, kind: str) -> No
 
 def test_batches_split_a_large_store(scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     whole = kx.load(scenario.storage).to_arrow()
-    monkeypatch.setattr("kassette.explore.frames.BATCH_BYTES", 2000)
-    from kassette.explore import frames
+    monkeypatch.setattr("kassette.explore._read.BATCH_BYTES", 2000)
 
-    batches = list(frames.read_batches(scenario.storage, None, batch_bytes=2000))
+    batches = list(_read.read_batches(scenario.storage, None, batch_bytes=2000))
     assert len(batches) > 2
     assert kx.load(scenario.storage).to_arrow().equals(whole)
 
