@@ -58,7 +58,8 @@ ResultStatus = Literal["success", "suspended", "failed", "canceled"]
 
 @dataclass(frozen=True)
 class RunResult:
-    """How one invocation of a run ended."""
+    """How one invocation of a run ended. `events` are the pending events of a suspended run,
+    in the order the code waits for them (a parallel block's in the order of its branches)."""
 
     run_id: str
     status: ResultStatus
@@ -383,7 +384,10 @@ class _Engine(Generic[I, R]):
         if exc is None:
             return RunResult(run.run_id, "success", result=run.complete(value))
         if isinstance(exc, Suspended):
-            return RunResult(run.run_id, "suspended", events=run.journal.pending_events)
+            # branches journal their suspends in whatever order their threads or tasks run
+            order = {event: index for index, event in enumerate(exc.events)}
+            pending = sorted(run.journal.pending_events, key=lambda e: order.get(e, len(order)))
+            return RunResult(run.run_id, "suspended", events=tuple(pending))
         if isinstance(exc, KassetteError) or not isinstance(exc, Exception):
             raise exc
         run.fail(exc)

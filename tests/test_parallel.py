@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from kassette import (
     ReplayMismatchError,
     RunResult,
 )
+from kassette.core import read_journal
 from kassette.testing import FakeClock
 
 HANDSHAKE_SECONDS = 10
@@ -253,6 +255,53 @@ def test_a_suspending_branch_suspends_the_block(kind: str, storage: Any, clock: 
         "r", "success", result={"a": ["a", "yes-a"], "b": "yes-b", "c": ["c1", "c2"]}
     )
     assert sorted(calls) == ["a", "c1", "c2"]
+
+
+def test_suspended_events_come_in_branch_order(kind: str, storage: Any, clock: FakeClock) -> None:
+    """`RunResult.events` follow the branches, whichever branch journaled its suspend first;
+    the status lists them in journal order."""
+
+    def b_suspended() -> bool:
+        snapshot = storage.read("r")
+        return snapshot is not None and b'"eventId":"review/b/approval-b"' in snapshot.data
+
+    def wait_for_b() -> bool:
+        for _ in range(HANDSHAKE_SECONDS * 100):
+            if b_suspended():
+                return True
+            time.sleep(0.01)
+        return False
+
+    async def await_b() -> bool:
+        for _ in range(HANDSHAKE_SECONDS * 100):
+            if b_suspended():
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    def body(ctx: Any, _: Any) -> Any:
+        return ctx.parallel(
+            {
+                "a": lambda c: [c.step("after-b", wait_for_b), c.suspend("approval-a")],
+                "b": lambda c: c.suspend("approval-b"),
+            },
+            name="review",
+        )
+
+    async def abody(ctx: Any, _: Any) -> Any:
+        async def a(c: Any) -> Any:
+            return [await c.step("after-b", await_b), await c.suspend("approval-a")]
+
+        async def b(c: Any) -> Any:
+            return await c.suspend("approval-b")
+
+        return await ctx.parallel({"a": a, "b": b}, name="review")
+
+    result = make_workflow(kind, body, abody, storage=storage, clock=clock).start(run_id="r")
+    assert result.events == ("review/a/approval-a", "review/b/approval-b")
+    assert step_entries(storage, "r")["review/a/after-b"]["result"] is True  # b went first
+    pending = read_journal(storage, "r").pending_events
+    assert pending == ("review/b/approval-b", "review/a/approval-a")
 
 
 def test_same_event_name_in_two_branches(kind: str, storage: Any, clock: FakeClock) -> None:
