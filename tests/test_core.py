@@ -750,3 +750,49 @@ def test_append_entry_journals_a_type_of_its_own_that_status_skips() -> None:
     journal = read_journal(storage, "r1")
     assert [e["type"] for e in journal.entries] == ["start", "transitioned"]
     assert journal.status().status == "running"
+
+
+# -- the step seam -------------------------------------------------------------------------------
+
+
+def test_begin_step_replays_or_records_once() -> None:
+    storage, calls = MemoryStorage(), []
+    for _ in range(2):
+        with open_run(storage, "r1") as run:
+            step = run.begin_step("call")
+            assert step.step_id == "call" and step.name == "call"
+            if not step.replayed:
+                calls.append(1)
+                assert step.record({"n": (1, 2)}) == {"n": [1, 2]}  # as replay will see it
+            assert step.result == {"n": [1, 2]} and step.replayed
+            with pytest.raises(InvalidArgumentError, match="recorded already"):
+                step.record(3)
+            assert run.begin_step("call").step_id == "call#2"
+    assert calls == [1]
+    steps = [e for e in read_journal(storage, "r1").entries if e["type"] == "step"]
+    assert len(steps) == 1 and steps[0]["durationMs"] >= 0
+
+
+def test_begin_step_checks_the_journal_and_its_result_needs_a_record() -> None:
+    storage = MemoryStorage()
+    with open_run(storage, "r1") as run:
+        run.append_step("call", "other", 1)
+    with open_run(storage, "r1") as run:
+        with pytest.raises(ReplayMismatchError):
+            run.begin_step("call")
+        step = run.begin_step("fresh", ids=StepIds("block/branch/"))
+        assert step.step_id == "block/branch/fresh" and not step.replayed
+        with pytest.raises(InvalidArgumentError, match="no recorded result"):
+            _ = step.result
+
+
+def test_cancel_and_fork_take_the_clock() -> None:
+    storage, clock = MemoryStorage(), FakeClock(start=1_767_225_600)
+    with open_run(storage, "r1", clock=clock) as run:
+        run.record("a", lambda: 1)
+    clock.advance(60)
+    fork_run(storage, "r1", offset=2, new_run_id="f1", clock=clock)
+    clock.advance(60)
+    canceled = cancel_run(storage, "f1", clock=clock)
+    assert canceled.created_at == "2026-01-01T00:01:00.000Z"
+    assert canceled.updated_at == "2026-01-01T00:02:00.000Z"
