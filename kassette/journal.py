@@ -16,7 +16,7 @@ import json.scanner
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NotRequired, TypedDict, TypeVar, overload
+from typing import Any, Literal, NoReturn, NotRequired, TypedDict, TypeVar, overload
 
 from kassette.errors import (
     EventNameCollisionError,
@@ -237,6 +237,28 @@ def check_entry(entry: object, run_id: str, expected: int, line_number: int | No
     """Return `entry` if it can be the entry at offset `expected`, else raise
     `JournalCorruptionError`: a JSON object with the envelope, and for kassette's own types the
     text fields replay and the run's state are keyed by. Every reader checks with this."""
+    if type(entry) is dict:
+        offset, session, kind = entry.get("offset"), entry.get("session"), entry.get("type")
+        if (
+            type(offset) is int
+            and offset == expected
+            and type(session) is int
+            and session >= 1
+            and type(kind) is str
+        ):
+            for keys in REQUIRED_TEXT.get(kind, ()):  # on every entry read: no generators
+                for key in keys:
+                    if type(entry.get(key)) is str:
+                        break
+                else:
+                    break
+            else:
+                return entry
+    _corrupt(entry, run_id, expected, line_number)
+
+
+def _corrupt(entry: object, run_id: str, expected: int, line_number: int | None) -> NoReturn:
+    """Raise the `JournalCorruptionError` that says what is wrong with `entry`."""
     where = f"line {line_number if line_number is not None else expected + 1}"
     if not isinstance(entry, dict):
         raise JournalCorruptionError(
@@ -262,15 +284,17 @@ def check_entry(entry: object, run_id: str, expected: int, line_number: int | No
             run_id=run_id,
             offset=offset,
         )
-    for keys in REQUIRED_TEXT.get(entry["type"], ()):
-        if not any(isinstance(entry.get(key), str) for key in keys):
-            raise JournalCorruptionError(
-                f"run {run_id}: {entry['type']} entry at {where} (offset {offset}) lacks "
-                f"{' or '.join(map(repr, keys))}",
-                run_id=run_id,
-                offset=offset,
-            )
-    return entry
+    keys = next(
+        keys
+        for keys in REQUIRED_TEXT[entry["type"]]
+        if not any(isinstance(entry.get(key), str) for key in keys)
+    )
+    raise JournalCorruptionError(
+        f"run {run_id}: {entry['type']} entry at {where} (offset {offset}) lacks "
+        f"{' or '.join(map(repr, keys))}",
+        run_id=run_id,
+        offset=offset,
+    )
 
 
 def event_id(entry: Mapping[str, Any]) -> str:
