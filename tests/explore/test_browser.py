@@ -105,23 +105,38 @@ class Lab:
 
 # JavaScript run in the page on `window.jupyterapp` (--LabApp.expose_app_in_browser).
 FIND_PANEL = "const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.id === id);"
-OPEN = """async path => {
-  const panel = await window.jupyterapp.commands.execute('docmanager:open', {path});
+
+
+def bounded(milliseconds: float, body: str) -> str:
+    """An async function of `arg` running `body`, rejected if it takes longer than that.
+
+    page.evaluate waits for a promise without a timeout of its own.
+    """
+    return f"""async arg => Promise.race([
+  (async arg => {{ {body} }})(arg),
+  new Promise((_, fail) => setTimeout(() => fail(new Error('timed out')), {milliseconds:.0f})),
+])"""
+
+
+OPEN = bounded(
+    WAIT * 3,
+    """const panel = await window.jupyterapp.commands.execute('docmanager:open', {path: arg});
   await panel.context.ready;
   await panel.sessionContext.ready;
-  return panel.id;
-}"""
+  return panel.id;""",
+)
+RESTORED = bounded(START_TIMEOUT * 1000, "await window.jupyterapp.restored;")
 KERNEL_IDLE = f"""id => {{
   {FIND_PANEL}
   const kernel = panel.sessionContext.session?.kernel;
   return kernel?.connectionStatus === 'connected' && kernel.status === 'idle';
 }}"""
-RUN_ALL = f"""async id => {{
-  {FIND_PANEL}
-  window.jupyterapp.shell.activateById(id);
+RUN_ALL = bounded(
+    CELL_TIMEOUT,
+    """window.jupyterapp.shell.activateById(arg);
   await window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs');
-  await window.jupyterapp.commands.execute('notebook:run-all-cells');
-}}"""
+  await window.jupyterapp.commands.execute('notebook:run-all-cells');""",
+)
 CELLS = f"""id => {{
   {FIND_PANEL}
   const cells = panel.content.model.cells;
@@ -299,7 +314,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                 expect.set_options(timeout=WAIT)
                 page.goto(f"{url}lab?token={token}", timeout=START_TIMEOUT * 1000)
                 page.wait_for_function("window.jupyterapp", timeout=START_TIMEOUT * 1000)
-                page.evaluate("window.jupyterapp.restored")
+                page.evaluate(RESTORED)
                 yield Lab(page, work)
             finally:
                 browser.close()
