@@ -78,7 +78,8 @@ class Lab:
 
     page: Page
     root: Path
-    panels: dict[str, str] = field(default_factory=dict)  # notebook -> panel id, once run
+    panels: dict[str, str] = field(default_factory=dict)  # notebook -> panel id, once open
+    ran: set[str] = field(default_factory=set)
 
     def open(self, notebook: str) -> Locator:
         """Open `notebook` (once) as it is stored, and return its panel in the page."""
@@ -91,11 +92,11 @@ class Lab:
 
     def run(self, notebook: str) -> Locator:
         """Open `notebook` (once), run all its cells (once), and return its panel."""
-        ran = notebook in self.panels
         panel = self.open(notebook)
-        if not ran:
+        if notebook not in self.ran:
             self.page.evaluate(RUN_ALL, self.panels[notebook])
             self.page.wait_for_function(CELLS_DONE, arg=self.panels[notebook], timeout=CELL_TIMEOUT)
+            self.ran.add(notebook)
         return panel
 
     def cells(self, notebook: str) -> list[dict[str, Any]]:
