@@ -12,6 +12,12 @@ consistent. Every botocore error is translated in one place, `_translate`. boto3
 only when a client is created. Any endpoint boto3 can reach (`AWS_ENDPOINT_URL`) works if it
 applies conditional PutObject atomically, as AWS S3 and Cloudflare R2 document; see
 docs/object-storage-design.md.
+
+Beyond the `Storage` protocol, a tool that keeps files of its own beside a run's journal (koto
+keeps a session's template and context there) can read, write and locate them as objects
+under `{prefix}/{runId}/`, and delete a run with everything beside it. Those writes are
+unconditional, so they suit content-addressed or write-once objects; the journal itself is
+written only by `append`.
 """
 
 from __future__ import annotations
@@ -33,13 +39,16 @@ from kassette.errors import (
 from kassette.storage import Snapshot, validate_run_id
 
 if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ErrorTypeDef, ObjectIdentifierTypeDef
 
 __all__ = ["S3Storage"]
 
 _JOURNAL = "journal.jsonl"
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 _CACHED_RUNS = 64
+_MAX_KEY_BYTES = 1024
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _REFUSED_CODES = frozenset(
     {
@@ -68,9 +77,22 @@ class S3Storage:
         url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         return f"S3Storage({url!r})"
 
-    def _key(self, run_id: str) -> str:
+    def _base(self, run_id: str) -> str:
+        """The key prefix of everything of run `run_id`, ending in '/'."""
         run_id = validate_run_id(run_id)
-        return f"{self.prefix}/{run_id}/{_JOURNAL}" if self.prefix else f"{run_id}/{_JOURNAL}"
+        return f"{self.prefix}/{run_id}/" if self.prefix else f"{run_id}/"
+
+    def _key(self, run_id: str) -> str:
+        return self._base(run_id) + _JOURNAL
+
+    def _object_key(self, run_id: str, name: str) -> str:
+        key = self._base(run_id) + _validate_object_name(name)
+        if len(key.encode()) > _MAX_KEY_BYTES:
+            raise InvalidArgumentError(
+                f"invalid object name {name!r}: its key would be longer than S3's "
+                f"{_MAX_KEY_BYTES} bytes"
+            )
+        return key
 
     def read(self, run_id: str) -> Snapshot | None:
         key = self._key(run_id)
@@ -117,6 +139,48 @@ class S3Storage:
     def lock(self, run_id: str, session: int) -> contextlib.AbstractContextManager[None]:
         validate_run_id(run_id)
         return contextlib.nullcontext()
+
+    def read_object(self, run_id: str, name: str) -> bytes | None:
+        """The object `name` beside run `run_id`'s journal; `None` if there is none."""
+        key = self._object_key(run_id, name)
+        try:
+            with self._boundary("read", run_id, key):
+                data: bytes = self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except RunNotFoundError:  # NoSuchKey
+            return None
+        return data
+
+    def write_object(self, run_id: str, name: str, data: bytes) -> None:
+        """Store `data` as the object `name` beside run `run_id`'s journal, replacing any."""
+        key = self._object_key(run_id, name)
+        with self._boundary("write", run_id, key):
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def object_url(self, run_id: str, name: str) -> str:
+        """Where the object `name` of run `run_id` is, as an `s3://` URL for people to read."""
+        return f"s3://{self.bucket}/{self._object_key(run_id, name)}"
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete run `run_id`'s journal and every object beside it; a missing run is no error."""
+        base = self._base(run_id)
+        with self._mutex:
+            self._bodies.pop(run_id, None)
+        with self._boundary("delete", run_id, base):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base
+            )
+            for page in pages:  # at most 1000 keys, as many as one DeleteObjects takes
+                keys: list[ObjectIdentifierTypeDef] = [
+                    {"Key": item["Key"]} for item in page.get("Contents", []) if "Key" in item
+                ]
+                if not keys:
+                    continue
+                response = self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True}
+                )
+                for failure in response.get("Errors", []):  # refused keys, in a 200 answer
+                    key = failure.get("Key", base)
+                    raise _translate(_per_key_error(failure), "delete", self.bucket, key, run_id)
 
     def _get(self, run_id: str, key: str) -> tuple[bytes, str]:
         with self._boundary("read", run_id, key):
@@ -195,9 +259,16 @@ def _translate(
             run_id=run_id,
         )
     label = code if code and code != str(status) else "HTTP"
-    return StorageError(
-        f"cannot {action} {where}: {label} {status} {message}".rstrip(), run_id=run_id
-    )
+    answer = f"{label} {status}" if status else label  # a key's error in a 200 has no status
+    return StorageError(f"cannot {action} {where}: {answer} {message}".rstrip(), run_id=run_id)
+
+
+def _per_key_error(failure: ErrorTypeDef) -> ClientError:
+    """A key DeleteObjects could not delete, as the error a request about that key raises."""
+    from botocore.exceptions import ClientError
+
+    code, message = failure.get("Code", ""), failure.get("Message", "")
+    return ClientError({"Error": {"Code": code, "Message": message}}, "DeleteObjects")
 
 
 def _default_client() -> S3Client:
@@ -239,15 +310,33 @@ def _validate_prefix(prefix: object) -> str:
     prefix = prefix.rstrip("/")
     if not prefix:
         return ""
-    if any(part in ("", ".", "..") for part in prefix.split("/")):
-        raise InvalidArgumentError(
-            f"invalid S3 prefix {prefix!r}: empty, '.' and '..' segments are not allowed"
-        )
-    if any(ord(char) < 0x20 or char in "\\\x7f" for char in prefix):
-        raise InvalidArgumentError(
-            f"invalid S3 prefix {prefix!r}: control characters and '\\' are not allowed"
-        )
+    problem = _path_problem(prefix)
+    if problem is not None:
+        raise InvalidArgumentError(f"invalid S3 prefix {prefix!r}: {problem}")
     return prefix
+
+
+def _validate_object_name(name: object) -> str:
+    """A relative key under a run's prefix that cannot escape it or stand for its journal."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"invalid object name {name!r}: not a string")
+    if name == _JOURNAL:
+        raise InvalidArgumentError(
+            f"invalid object name {name!r}: that is the run's journal, written only by append"
+        )
+    problem = _path_problem(name)
+    if problem is not None:
+        raise InvalidArgumentError(f"invalid object name {name!r}: {problem}")
+    return name
+
+
+def _path_problem(path: str) -> str | None:
+    """Why `path` could escape or alias a place in the bucket, if it could."""
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "empty, '.' and '..' segments are not allowed"
+    if any(ord(char) < 0x20 or char in "\\\x7f" for char in path):
+        return "control characters and '\\' are not allowed"
+    return None
 
 
 def _is_run_id(name: str) -> bool:
