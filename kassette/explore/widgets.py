@@ -280,9 +280,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.new_run_id.value = ""
         journals = _family(load(self.workflow.storage), source)
         self.tree.update(journals, selected=result.run_id)
-        color = STATUS_COLORS.get(
-            {"success": "completed", "failed": "failed"}.get(result.status, result.status), "#444"
-        )
+        color = _color({"success": "completed"}.get(result.status, result.status))
         self.status.value = (
             f"forked <b>{html.escape(source)}</b> at offset {offset} into "
             f"<b>{html.escape(result.run_id)}</b>: "
