@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kassette import KassetteError, LocalStorage, Suspended
@@ -28,14 +28,14 @@ from kassette import explore as kx
 from kassette.cli import main as cli_main
 from kassette.core import cancel_run, fork_run, open_run, run_status
 from kassette.explore import _decode
-from kassette.journal import Journal, encode, format_timestamp, reduce_run
+from kassette.journal import Journal, RunStatus, encode, format_timestamp, reduce_run
 from kassette.testing import FakeClock
 from kassette.workflow import Context
 
 VERSIONS = st.sampled_from([None, "v1", "v2"])
 EVENTS = st.sampled_from(["approve", "review"])
 SETTINGS = settings(
-    max_examples=120,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -185,6 +185,7 @@ def check_consumers_agree(storage: LocalStorage, folder: Path) -> None:
         assert (dict(state.source) if state.source else None) == status.source
         row = rows.loc[run_id]
         source = status.source or {}
+        note_what_was_covered(status, rows)
         assert row["status"] == status.status
         assert _none(row["version"]) == status.version
         assert _none(row["parent_run_id"]) == _typed(source.get("runId"), str)
@@ -193,6 +194,18 @@ def check_consumers_agree(storage: LocalStorage, folder: Path) -> None:
         assert _none(row["error"]) == (str(status.error) if status.error else None)
         assert row["sessions"] == status.sessions and row["steps"] == status.steps
         assert row["started_at"].to_pydatetime() == _when(status.created_at)
+
+
+def note_what_was_covered(status: RunStatus, rows: pd.DataFrame) -> None:
+    """Hypothesis statistics (`--hypothesis-show-statistics`): which cases were generated."""
+    event(f"status {status.status}")
+    parent = (status.source or {}).get("runId")
+    if isinstance(parent, str) and parent in rows.index:
+        event("a fork of a fork" if _none(rows.loc[parent, "parent_run_id"]) else "a fork")
+        if _none(rows.loc[parent, "version"]) != status.version:
+            event("a fork whose version differs from its source's")
+    if any("/" in event_id for event_id in status.pending_events):
+        event("pending events of a parallel block")
 
 
 def general_path_runs(storage: LocalStorage, run_ids: list[str]) -> pa.Table:
