@@ -15,8 +15,8 @@ import json
 import json.scanner
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NoReturn, NotRequired, TypedDict, TypeVar, overload
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, NoReturn, NotRequired, TypedDict, TypeVar, overload
 
 from kassette.errors import (
     EventNameCollisionError,
@@ -333,8 +333,7 @@ class ErrorInfo:
         return {"name": self.name, "message": self.message}
 
 
-@dataclass(frozen=True)
-class RunState:
+class RunState(NamedTuple):
     """What a run's entries say about it, as `reduce_entry` folds them in offset order.
 
     `created_offset` is the offset of the entry that created the run as it is: its first
@@ -373,23 +372,22 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
         source = entry.get("source")
         created = state.created_offset
         if isinstance(source, dict):
-            return replace(state, source=source, version=version, created_offset=entry["offset"])  # type: ignore[arg-type]
+            return state._replace(source=source, version=version, created_offset=entry["offset"])  # type: ignore[arg-type]
         if state.version is None and version is not None:
-            state = replace(state, version=version)
-        return state if created is not None else replace(state, created_offset=entry["offset"])
+            state = state._replace(version=version)
+        return state if created is not None else state._replace(created_offset=entry["offset"])
     if kind == "suspend":
         key = event_id(entry)
         if key in state.delivered or key in state.pending_events:
             return state
-        return _settled(state, pending_events=(*state.pending_events, key))
+        return _settled(state, (*state.pending_events, key), state.delivered)
     if kind == "resume":
         key = event_id(entry)
         if key in state.delivered:
             return state
         pending = tuple(e for e in state.pending_events if e != key)
-        return _settled(state, pending_events=pending, delivered=state.delivered | {key})
-    return replace(
-        state,
+        return _settled(state, pending, state.delivered | {key})
+    return state._replace(
         status=_STATUS_OF_TERMINAL[kind],
         result=entry.get("result") if kind == "complete" else None,
         error=ErrorInfo.of(entry.get("error")) if kind == "error" else None,
@@ -405,10 +403,10 @@ def reduce_run(entries: Iterable[Mapping[str, Any]]) -> RunState:
     return state
 
 
-def _settled(state: RunState, **changes: Any) -> RunState:
-    """`state` with `changes` to its events, and the status that follows from them."""
-    state = replace(state, **changes)
-    return replace(state, status="suspended" if state.pending_events else "running")
+def _settled(state: RunState, pending: tuple[str, ...], delivered: frozenset[str]) -> RunState:
+    """`state` with these events, and the status that follows from them."""
+    status: Status = "suspended" if pending else "running"
+    return state._replace(status=status, pending_events=pending, delivered=delivered)
 
 
 @dataclass(frozen=True)
