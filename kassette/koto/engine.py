@@ -10,8 +10,9 @@ left twice without evidence in one call is a cycle. The answer says what to do n
 `evidence_required` (with `expects`), `gate_blocked` (with `blocking_conditions`) or `done`.
 
 Before anything is read, a tick refuses to run inside a gate command of another tick (the
-gate runner sets `KOTO_TICK_SESSION`: `nested_invocation`), and from a directory outside the
-session's execution anchor (`execution_anchor_mismatch`). Gates run at the anchor.
+gate runner sets `KOTO_TICK_SESSION`: `nested_invocation`); before anything runs or is
+written, it refuses a directory outside the session's execution anchor
+(`execution_anchor_mismatch`). Gates run at the anchor.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ from kassette.koto.gates import GateResult, evaluate, substitute
 from kassette.koto.names import validate_name
 from kassette.koto.session import (
     SessionView,
-    anchor_of,
     append,
     expects,
     load,
     open_session,
-    read,
 )
 from kassette.koto.store import SessionStore
 
@@ -78,21 +77,20 @@ def next_step(
         raise KotoError("precondition_failed", "--with-data and --to cannot be used together")
     evidence = parse_evidence(data) if data is not None else None
     here = os.path.realpath(cwd or os.getcwd())
-    journal = read(store, name)
-    anchor = anchor_of(journal)
+    view = load(store, name)
+    anchor = view.anchor
     if anchor is not None:
         check_anchor(name, anchor, here)
-    view = load(store, name, journal)
     _check_request(view, evidence, to)
     ticker = Ticker(store, view, anchor=anchor or here, full=full)
     if anchor is not None and evidence is None and to is None and ticker.answers_without_writing():
         response = ticker.respond(advanced=False, blocking=[])
     else:
         with open_session(store, name) as run:
-            anchor = anchor_of(run.journal)  # as it is now that we hold the session
+            view = load(store, name, run.journal)  # as it is now that we hold the session
+            anchor = view.anchor
             if anchor is not None:
                 check_anchor(name, anchor, here)
-            view = load(store, name, run.journal)
             _check_request(view, evidence, to)
             ticker = Ticker(store, view, anchor=anchor or here, full=full, run=run)
             if anchor is None:  # a session from before anchors: bind it here, and say so

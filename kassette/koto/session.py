@@ -48,7 +48,6 @@ from kassette.koto.template import Template
 
 __all__ = [
     "SessionView",
-    "anchor_of",
     "append",
     "cancel",
     "expects",
@@ -89,6 +88,10 @@ class SessionView:
         self.delivered = False  # the current state's details went out since it was arrived at
         self.context: dict[str, dict[str, Any]] = {}
         self.cancelled = False
+        anchor = metadata.get("execution_dir")
+        # where gates run: recorded at init, or adopted by a later tick (None for a session
+        # from before anchors that no tick has adopted yet)
+        self.anchor: str | None = anchor if isinstance(anchor, str) else None
 
     @property
     def current(self) -> str:
@@ -128,6 +131,8 @@ class SessionView:
             self.context.pop(entry["key"], None)
         elif kind == "cancel":
             self.cancelled = True
+        elif kind == "execution_anchor_adopted" and isinstance(entry.get("anchor"), str):
+            self.anchor = entry["anchor"]
 
     def values(self, home: Path) -> dict[str, str]:
         """What `{{NAME}}` stands for: the session's variables and the runtime names."""
@@ -135,17 +140,6 @@ class SessionView:
         values["SESSION_NAME"] = self.name
         values["SESSION_DIR"] = str(session_dir(home, self.name))
         return values
-
-
-def anchor_of(journal: Journal) -> str | None:
-    """The session's execution anchor: recorded at init, or adopted by a later tick (None for
-    a session from before anchors that no tick has adopted yet)."""
-    metadata = (journal.first_start or {}).get("metadata") or {}
-    anchor = metadata.get("execution_dir")
-    for entry in journal.entries:
-        if entry["type"] == "execution_anchor_adopted":
-            anchor = entry["anchor"]
-    return anchor if isinstance(anchor, str) else None
 
 
 def read(store: SessionStore, name: str) -> Journal:
@@ -438,7 +432,7 @@ def status(store: SessionStore, name: str) -> dict[str, Any]:
         current_state=view.current,
         is_terminal=view.is_terminal,
         cancelled=view.cancelled,
-        execution_dir=anchor_of(journal),
+        execution_dir=view.anchor,
     )
     if view.is_terminal and view.state.get("failure"):
         result["failure"] = True
