@@ -216,10 +216,10 @@ def _run(args: argparse.Namespace) -> int:
         if verb == "init":
             from kassette.koto.compiler import compile_template
 
-            template = compile_template(args.template, allow_legacy_gates=True)
-            _print_warnings(
-                [w for w in template.warnings if not (args.allow_legacy_gates and " D5: " in w)]
+            template = compile_template(
+                args.template, legacy_gates="allow" if args.allow_legacy_gates else "warn"
             )
+            _print_warnings(template.warnings)
             answer = session.init(
                 store,
                 args.name,
@@ -297,7 +297,7 @@ def _template(args: argparse.Namespace) -> int:
             raise KotoError("template_error", f"cannot read {args.source}: {exc}") from exc
     else:
         strict = args.action == "compile" and not args.allow_legacy_gates
-        template = compile_template(args.source, allow_legacy_gates=not strict)
+        template = compile_template(args.source, legacy_gates="refuse" if strict else "warn")
         _print_warnings(template.warnings)
     if args.action == "compile":
         _print_bytes(template.text)

@@ -18,13 +18,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kassette.koto.checks import GATE_OUTPUTS, REFERENCE, Checks
 from kassette.koto.frontmatter import Mapping, YamlError, parse
 from kassette.koto.template import FORMAT_VERSION, SIMPLE_FORM_FIELD, Template, TemplateError
 
-__all__ = ["Compiler", "compile_template", "compile_text"]
+__all__ = ["Compiler", "LegacyGates", "compile_template", "compile_text"]
+
+LegacyGates = Literal["refuse", "warn", "allow"]
 
 _TOP_FIELDS = {"name", "version", "description", "initial_state", "variables", "states"}
 _STATE_FIELDS = {"transitions", "terminal", "failure", "accepts", "gates"}
@@ -43,27 +45,30 @@ class _Section:
     body: list[tuple[int, str]]  # (line number, text)
 
 
-def compile_template(path: str | Path, *, allow_legacy_gates: bool = False) -> Template:
-    """Compile the template file at `path`; `TemplateError` lists every problem found."""
+def compile_template(path: str | Path, *, legacy_gates: LegacyGates = "refuse") -> Template:
+    """Compile the template file at `path`; `TemplateError` lists every problem found.
+
+    `legacy_gates` says what a state whose gates no `when` routes on is: an error ("refuse"),
+    a warning ("warn"), or fine ("allow")."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(str(path), [(0, f"cannot read template: {exc}")]) from exc
-    return compile_text(text, str(path), allow_legacy_gates=allow_legacy_gates)
+    return compile_text(text, str(path), legacy_gates=legacy_gates)
 
 
 def compile_text(
-    text: str, path: str = "<template>", *, allow_legacy_gates: bool = False
+    text: str, path: str = "<template>", *, legacy_gates: LegacyGates = "refuse"
 ) -> Template:
     """Compile a template's source text; `path` names it in errors and warnings."""
-    compiler = Compiler(path, allow_legacy_gates=allow_legacy_gates)
+    compiler = Compiler(path, legacy_gates=legacy_gates)
     return compiler.compile(text.lstrip("\ufeff").replace("\r\n", "\n"))
 
 
 class Compiler(Checks):
-    def __init__(self, path: str, *, allow_legacy_gates: bool = False) -> None:
+    def __init__(self, path: str, *, legacy_gates: LegacyGates = "refuse") -> None:
         self.path = path
-        self.allow_legacy_gates = allow_legacy_gates
+        self.legacy_gates = legacy_gates
         self.problems: list[tuple[int, str]] = []
         self.warnings: list[tuple[int, str]] = []
         self.state_lines: dict[str, int] = {}
@@ -205,7 +210,7 @@ class Compiler(Checks):
     ) -> None:
         """A legacy-gate state (gates that no `when` routes on): an error unless allowed."""
         routed = any(key.startswith("gates.") for t in transitions for key in t.get("when", {}))
-        if routed:
+        if routed or self.legacy_gates == "allow":
             return
         fields = ", ".join(
             f"gates.{gate}.{field}" for gate in gates for field in GATE_OUTPUTS[gates[gate]["type"]]
@@ -214,7 +219,7 @@ class Compiler(Checks):
             f"D5: state {name!r} has gates ({', '.join(gates)}) that no 'when' condition routes on "
             f"(legacy gates): add a 'when' on {fields}, or allow legacy gates"
         )
-        if self.allow_legacy_gates:
+        if self.legacy_gates == "warn":
             self.warn(spec.lines["gates"], message + "; they only block until they pass")
         else:
             self.problem(spec.lines["gates"], message + " with --allow-legacy-gates")
