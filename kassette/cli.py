@@ -20,7 +20,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import IO, Any, NoReturn
 
 from kassette.core import cancel_run, fork_run, run_status
@@ -31,7 +30,7 @@ from kassette.errors import (
     RunNotFoundError,
     StorageError,
 )
-from kassette.journal import Journal
+from kassette.journal import Journal, parse_timestamp
 from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
 from kassette.storage import Storage, open_storage, validate_run_id
 from kassette.storage.local import LocalStorage
@@ -144,14 +143,11 @@ def _listed_runs(storage: Storage) -> list[_Listed]:
 
 
 def _seconds(timestamp: str | None) -> float | None:
-    """An ISO 8601 time as POSIX seconds (one without a zone is UTC); None if unreadable."""
-    if timestamp is None:
-        return None
+    """A journal timestamp as POSIX seconds; None if there is none or it is unreadable."""
     try:
-        moment = datetime.fromisoformat(timestamp)
+        return parse_timestamp(timestamp) if timestamp is not None else None
     except ValueError:
         return None
-    return (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment).timestamp()
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:

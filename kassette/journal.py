@@ -118,10 +118,12 @@ _last_second: tuple[int, str] = (0, "1970-01-01T00:00:00")  # (epoch second, its
 
 
 def parse_timestamp(text: str) -> float:
-    """Seconds since the epoch for a journal timestamp (any ISO 8601 form Python reads)."""
-    from datetime import datetime
+    """Seconds since the epoch for a journal timestamp (any ISO 8601 form Python reads; one
+    without a zone is UTC). `ValueError` for anything else."""
+    from datetime import UTC, datetime
 
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    moment = datetime.fromisoformat(text)
+    return (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment).timestamp()
 
 
 def new_run_id() -> str:

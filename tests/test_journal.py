@@ -6,6 +6,7 @@ import json
 import math
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -768,3 +769,16 @@ def test_core_writes_camel_case_keys_of_the_documented_fields(tmp_path: Path) ->
             seen.update(keys)
     assert set(FIELDS_OF_TYPE) <= seen  # every entry type was written
     assert {"source", "version", "kind", "attempts", "durationMs", "timeoutAt"} <= seen
+
+
+def test_a_timestamp_without_a_zone_is_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")  # not the machine's zone, whatever it is
+    time.tzset()
+    try:
+        assert parse_timestamp("2026-01-01T00:00:00") == parse_timestamp(STAMP) == 1_767_225_600
+        assert parse_timestamp("2026-01-01T01:00:00+01:00") == 1_767_225_600
+        with pytest.raises(ValueError):
+            parse_timestamp("yesterday")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
