@@ -251,8 +251,8 @@ def _clear(directory: Path, format: Format, overwrite: bool) -> None:
         return
     if not overwrite:
         raise InvalidArgumentError(
-            f"cannot export into {directory}: it is not empty (overwrite=True, or the CLI's"
-            " --overwrite, replaces an earlier export there)"
+            f"cannot export into {directory}: it is not empty; --overwrite (overwrite=True in"
+            " kx.export) replaces an earlier export there"
         )
     for name in ("entries", "runs"):
         own = directory / (name if format == "parquet" else f"{name}.{format}")
