@@ -430,3 +430,18 @@ def test_timestamps_in_other_iso_forms(scenario: Scenario) -> None:
         datetime(2026, 1, 1, 0, 0, 3, 123000, tzinfo=UTC),
         datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC),
     ]
+
+
+def test_a_fork_reports_the_version_of_the_code_that_continues_it() -> None:
+    """A run started by v1 and forked by a v2 workflow is v2 to every reader."""
+    storage, clock = MemoryStorage(), FakeClock()
+
+    def body(ctx: Any, value: int) -> int:
+        return ctx.step("double", lambda: value * 2)  # type: ignore[no-any-return]
+
+    kassette(body, storage=storage, clock=clock, version="v1").start(1, run_id="root")
+    v2 = kassette(body, storage=storage, clock=clock, version="v2")
+    v2.fork("root", offset=1, new_run_id="fork")
+    runs = kx.load(storage).runs.set_index("run_id")
+    assert v2.status("fork").version == runs.loc["fork", "version"] == "v2"
+    assert runs.loc["root", "version"] == "v1"
