@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -36,9 +36,11 @@ from kassette.errors import (
 )
 from kassette.journal import (
     KNOWN_TYPES,
+    CancelEntry,
     Entry,
     Journal,
     RunStatus,
+    StartEntry,
     check_json,
     encode,
     event_name,
@@ -464,7 +466,9 @@ class Run:
             return entry
 
 
-def _append(storage: Storage, run_id: str, entries: list[Entry], token: str | None) -> str:
+def _append(
+    storage: Storage, run_id: str, entries: Sequence[Mapping[str, Any]], token: str | None
+) -> str:
     """Append `entries` at `token`: the one way kassette writes a journal. Returns the new token.
 
     A failed write is resolved by reading the journal back: entries that are there count as
@@ -588,7 +592,7 @@ def _open_fork(
     )
 
 
-def _landed(storage: Storage, run_id: str, entries: list[Entry]) -> str | None:
+def _landed(storage: Storage, run_id: str, entries: Sequence[Mapping[str, Any]]) -> str | None:
     """After an append reported failure: the new token if `entries` did land, else None.
 
     An ambiguous failure (the write committed, its response was lost) must not make the caller
@@ -600,7 +604,7 @@ def _landed(storage: Storage, run_id: str, entries: list[Entry]) -> str | None:
     return snapshot.token if _ends_with(Journal.parse(snapshot.data, run_id), entries) else None
 
 
-def _ends_with(journal: Journal, entries: list[Entry]) -> bool:
+def _ends_with(journal: Journal, entries: Sequence[Mapping[str, Any]]) -> bool:
     """Whether `entries` are exactly the journal's last entries, at their own offsets."""
     first = entries[0]["offset"]
     return journal.next_offset == first + len(entries) and journal.entries[first:] == entries
@@ -614,7 +618,7 @@ def cancel_run(
     for _ in range(_OPEN_ATTEMPTS):
         journal, token = _read(storage, run_id)
         _ensure_open(journal)
-        entry: Entry = {
+        entry: CancelEntry = {
             "type": "cancel",
             "session": journal.max_session + 1,
             "offset": journal.next_offset,
@@ -656,7 +660,7 @@ def _open_session(
         lock = storage.lock(run_id, session)
         lock.__enter__()
         try:
-            start: Entry = {
+            start: StartEntry = {
                 "type": "start",
                 "session": session,
                 "offset": journal.next_offset,

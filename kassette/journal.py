@@ -145,7 +145,7 @@ def html_table(fields: dict[str, Any]) -> str:
     return f"<table>{rows}</table>"
 
 
-def encode(entry: Entry) -> bytes:
+def encode(entry: Mapping[str, Any]) -> bytes:
     """One entry as its journal line: compact JSON, UTF-8, `\\n`-terminated."""
     return (_ENCODER.encode(entry) + "\n").encode()
 
@@ -591,9 +591,9 @@ class Journal:
     def next_offset(self) -> int:
         return len(self.entries)
 
-    def add(self, entry: Entry, *, line_number: int | None = None) -> None:
+    def add(self, entry: Mapping[str, Any], *, line_number: int | None = None) -> None:
         """Check an entry's envelope and fold it into the indexes and the state."""
-        self._fold(entry, entry, line_number)
+        self._fold(entry, entry, line_number)  # type: ignore[arg-type]  # a dict at runtime
 
     def _fold(self, entry: object, item: Entry | int, line_number: int | None) -> None:
         """`add` `entry`, kept in `entries` as `item`: itself, or its line's position."""
