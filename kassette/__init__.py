@@ -25,8 +25,8 @@ from kassette.errors import (
     TerminalRunError,
     VersionMismatchError,
 )
-from kassette.journal import ErrorInfo, RunStatus
 from kassette.retry import Retry
+from kassette.state import ErrorInfo, RunStatus
 from kassette.storage import Storage, open_storage
 from kassette.storage.local import LocalStorage
 from kassette.storage.memory import MemoryStorage

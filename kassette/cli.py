@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
+from kassette.codec import parse_timestamp, to_json
 from kassette.core import cancel_run, fork_run, run_status
 from kassette.errors import (
     InvalidArgumentError,
@@ -30,7 +29,7 @@ from kassette.errors import (
     RunNotFoundError,
     StorageError,
 )
-from kassette.journal import Journal, parse_timestamp
+from kassette.journal import Journal
 from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
 from kassette.storage import Storage, open_storage, validate_run_id
 from kassette.storage.local import LocalStorage
@@ -89,7 +88,7 @@ def _write(data: bytes) -> None:
 
 
 def _json_line(value: Any) -> bytes:
-    return (json.dumps(value, ensure_ascii=False) + "\n").encode()
+    return (to_json(value) + "\n").encode()
 
 
 def _report(exc: BaseException, stream: IO[str]) -> None:
@@ -98,47 +97,29 @@ def _report(exc: BaseException, stream: IO[str]) -> None:
         for key, value in (("runId", exc.run_id), ("stepId", exc.step_id), ("offset", exc.offset)):
             if value is not None:
                 error[key] = value
-    stream.write(json.dumps({"error": error}) + "\n")
+    stream.write(to_json({"error": error}) + "\n")
     stream.flush()
 
 
 # -- the verbs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Listed:
-    """One run as `list` and `tree` see it; a corrupt journal has no source to follow and no
-    creation time."""
-
-    run_id: str
-    status: str
-    source: dict[str, Any] | None
-    steps: int
-    created: float | None  # POSIX seconds
-
-    @property
-    def parent_run_id(self) -> str | None:
-        parent = (self.source or {}).get("runId")
-        return parent if isinstance(parent, str) else None
-
-
-def _listed_runs(storage: Storage) -> list[_Listed]:
-    """Every run, oldest first (see `kassette.lineage.creation_order`)."""
-    runs: dict[str, _Listed] = {}
+def _listed_runs(storage: Storage) -> list[RunNode]:
+    """Every run, oldest first (see `kassette.lineage.creation_order`); a corrupt journal has
+    no source to follow and no creation time."""
+    runs: dict[str, RunNode] = {}
+    created: dict[str, float | None] = {}  # POSIX seconds
     for run_id in storage.list_runs():
         try:
             status = run_status(storage, run_id)
         except RunNotFoundError:
             continue  # deleted between listing and reading
         except JournalCorruptionError:
-            runs[run_id] = _Listed(run_id, CORRUPT, None, 0, None)
+            runs[run_id], created[run_id] = RunNode.of(run_id, CORRUPT, None, 0), None
             continue
-        created = _seconds(status.created_at)
-        runs[run_id] = _Listed(run_id, status.status, status.source, status.steps, created)
-    order = creation_order(
-        {run_id: run.created for run_id, run in runs.items()},
-        {run_id: run.parent_run_id for run_id, run in runs.items()},
-    )
+        runs[run_id] = RunNode.of(run_id, status.status, status.source, status.steps)
+        created[run_id] = _seconds(status.created_at)
+    order = creation_order(created, {run_id: run.parent_run_id for run_id, run in runs.items()})
     return [runs[run_id] for run_id in order]
 
 
@@ -151,7 +132,7 @@ def _seconds(timestamp: str | None) -> float | None:
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:
-    runs: Iterator[_Listed] = iter(_listed_runs(storage))
+    runs: Iterator[RunNode] = iter(_listed_runs(storage))
     if args.status is not None:
         runs = (run for run in runs if run.status == args.status)
     for run in itertools.islice(runs, args.limit):
@@ -191,7 +172,7 @@ def _fork(storage: Storage, args: argparse.Namespace) -> None:
 
 def _tree(storage: Storage, args: argparse.Namespace) -> None:
     runs = {run.run_id: run for run in _listed_runs(storage)}
-    roots = build_forest(_node(run) for run in runs.values())
+    roots = build_forest(runs.values())
     if args.run_id is not None:
         run_id = validate_run_id(args.run_id)
         if run_id not in runs:
@@ -219,24 +200,13 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
 # -- fork lineage ----------------------------------------------------------------------------
 
 
-def _node(run: _Listed) -> RunNode:
-    offset = (run.source or {}).get("fromOffset")
-    return RunNode(
-        run_id=run.run_id,
-        status=run.status,
-        parent_run_id=run.parent_run_id,
-        fork_offset=offset if isinstance(offset, int) and not isinstance(offset, bool) else None,
-        steps=run.steps,
-    )
-
-
-def _label(run: _Listed, runs: dict[str, _Listed]) -> str:
+def _label(run: RunNode, runs: dict[str, RunNode]) -> str:
     """The run's line in `tree`: its status, and where a fork was cut from (or that its source
-    is gone). The source is shown as the journal records it."""
-    if run.source is None:
+    is gone)."""
+    parent, offset = run.parent_run_id, run.fork_offset
+    if parent is None:
         return f"{run.run_id} ({run.status})"
-    offset, parent = run.source.get("fromOffset"), run.source.get("runId")
-    if not isinstance(parent, str) or parent not in runs:
+    if parent not in runs:
         return (
             f"{run.run_id} ({run.status}, fork of {parent} at offset {offset}, {parent} not found)"
         )

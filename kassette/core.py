@@ -4,53 +4,45 @@ A *run* is one journal. Each invocation opens a *session*: it reads the journal,
 storage lock, and appends a `start` entry numbered one above every session already there.
 Inside the session, `record` answers a step from the journal when it is there and runs it live
 (appending its result) when it is not; `wait_for_event` does the same for suspends. Every
-append is a compare-and-swap on the storage token: when the journal moved under us, a newer
-session there means this one is fenced (`FencedError`, or `CancelledError` if the newer session
-canceled the run); otherwise the append is retried, recognising an entry of ours that landed
-although its write reported failure, so nothing is ever journaled twice.
+append goes through `kassette.append`: a compare-and-swap on the storage token that fences an
+old session and never journals an entry twice. A fork (`fork_run`, `open_fork`) is a session
+of a new run created with the source's prefix (planned by `kassette.fork`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
+from kassette.append import append, commit, read
 from kassette.clock import Clock, SystemClock
-from kassette.errors import (
-    CancelledError,
-    ConflictError,
-    EventNotPendingError,
-    FencedError,
-    InvalidArgumentError,
-    MetadataMismatchError,
-    ReplayMismatchError,
-    RunNotFoundError,
-    StorageError,
-    Suspended,
-    TerminalRunError,
-    VersionMismatchError,
-)
-from kassette.journal import (
+from kassette.codec import (
     KNOWN_TYPES,
     CancelEntry,
     Entry,
-    Journal,
-    RunStatus,
     StartEntry,
     check_json,
-    encode,
     event_name,
     format_timestamp,
-    parse_timestamp,
     validate_name,
 )
-from kassette.journal import (
-    new_run_id as fresh_run_id,
+from kassette.codec import new_run_id as fresh_run_id  # `new_run_id` names a fork's parameter
+from kassette.errors import (
+    CancelledError,
+    ConflictError,
+    InvalidArgumentError,
+    MetadataMismatchError,
+    ReplayMismatchError,
+    StorageError,
+    Suspended,
+    VersionMismatchError,
 )
+from kassette.fork import ForkPlan, plan_fork
+from kassette.journal import Journal
+from kassette.state import RunStatus
 from kassette.storage import Storage, validate_run_id
 
 __all__ = [
@@ -59,6 +51,7 @@ __all__ = [
     "StepIds",
     "cancel_run",
     "fork_run",
+    "open_fork",
     "open_run",
     "read_journal",
     "run_status",
@@ -66,9 +59,7 @@ __all__ = [
 
 T = TypeVar("T")
 StepKind = Literal["step", "sleep", "parallel"]
-_APPEND_ATTEMPTS = 5
 _OPEN_ATTEMPTS = 20
-_UNSET: Any = object()
 _ENVELOPE = frozenset({"type", "session", "offset", "timestamp"})
 
 
@@ -91,78 +82,12 @@ class StepIds:
 
 def read_journal(storage: Storage, run_id: str) -> Journal:
     """The run's parsed journal; `RunNotFoundError` when there is none."""
-    return _read(storage, run_id)[0]
-
-
-def _read(storage: Storage, run_id: str) -> tuple[Journal, str]:
-    """The run's parsed journal and its token; `RunNotFoundError` when there is none."""
-    snapshot = storage.read(validate_run_id(run_id))
-    if snapshot is None:
-        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-    return Journal.parse(snapshot.data, run_id), snapshot.token
+    return read(storage, run_id)[0]
 
 
 def run_status(storage: Storage, run_id: str) -> RunStatus:
     """The run's status, derived from its journal."""
     return read_journal(storage, run_id).status()
-
-
-def _ensure_open(journal: Journal) -> None:
-    terminal = journal.terminal
-    if terminal is None:
-        return
-    error = CancelledError if terminal["type"] == "cancel" else TerminalRunError
-    raise error(
-        f"run {journal.run_id} already ended with {terminal['type']!r} at offset "
-        f"{terminal['offset']}",
-        run_id=journal.run_id,
-        offset=terminal["offset"],
-    )
-
-
-@dataclass(frozen=True)
-class _Fork:
-    """What a fork copies: the source's entries before `offset`, and where they came from."""
-
-    source_run_id: str
-    offset: int
-    prefix: list[Entry]
-    metadata: Any
-
-
-def _plan_fork(storage: Storage, run_id: str, offset: int | None, step: str | None) -> _Fork:
-    if (offset is None) == (step is None):
-        raise InvalidArgumentError("fork needs exactly one of offset or step", run_id=run_id)
-    source = read_journal(storage, run_id)
-    if step is not None:
-        cut = next(
-            (
-                e["offset"]
-                for e in source.entries
-                if e.get("stepId") == step and e["type"] == "step"
-            ),
-            None,
-        )
-        if cut is None:
-            raise InvalidArgumentError(
-                f"run {run_id} has no step {step!r}", run_id=run_id, step_id=step
-            )
-    else:
-        if type(offset) is not int or offset < 0:
-            raise InvalidArgumentError(
-                f"fork offset must be an int >= 0, not {offset!r}", run_id=run_id
-            )
-        cut = offset
-    last = source.terminal["offset"] if source.terminal else source.next_offset
-    if cut > last:
-        raise InvalidArgumentError(
-            f"fork offset {cut} is past the end of run {run_id} "
-            f"({'terminal entry at' if source.terminal else 'next offset'} {last})",
-            run_id=run_id,
-            offset=cut,
-        )
-    metadata = source.first_start.get("metadata") if source.first_start else None
-    return _Fork(run_id, cut, source.entries[:cut], metadata)
 
 
 class Step:
@@ -173,11 +98,14 @@ class Step:
     when `replayed`, use `result`; else make the call and `record` what it returned.
     """
 
-    def __init__(self, run: Run, step_id: str, name: str, entry: Entry | None) -> None:
+    def __init__(
+        self, run: Run, step_id: str, name: str, entry: Entry | None, kind: StepKind = "step"
+    ) -> None:
         self.run = run
         self.step_id = step_id
         self.name = name
         self.entry = entry
+        self.kind = kind
         self._started = time.perf_counter()
 
     @property
@@ -200,10 +128,11 @@ class Step:
             raise InvalidArgumentError(
                 f"step {self.step_id!r} is recorded already", run_id=self.run.run_id
             )
-        value = self.run.append_step(
+        value = self.run._append_step(
             self.step_id,
             self.name,
             result,
+            kind=self.kind,
             attempts=attempts,
             duration_ms=(time.perf_counter() - self._started) * 1000,
         )
@@ -272,10 +201,14 @@ class Run:
         step = self.begin_step(name)
         return step.result if step.replayed else step.record(fn())  # type: ignore[no-any-return]
 
-    def begin_step(self, name: str, *, ids: StepIds | None = None) -> Step:
-        """The next step named `name` (in the id scope `ids`, default the run's): see `Step`."""
+    def begin_step(self, name: str, *, ids: StepIds | None = None, kind: StepKind = "step") -> Step:
+        """The next step named `name` (in the id scope `ids`, default the run's): see `Step`.
+
+        The one way a step is recorded: `record`, and the workflow's `step`, `sleep` (kind
+        "sleep") and `parallel` (kind "parallel") all begin here and end in `Step.record`.
+        """
         step_id = (ids or self.ids).next(name)
-        return Step(self, step_id, name, self.replayed_step(step_id, name, "step"))
+        return Step(self, step_id, name, self._replayed_step(step_id, name, kind), kind)
 
     def wait_for_event(
         self,
@@ -318,8 +251,8 @@ class Run:
             delivered = self.journal.resumes.get(event_id)
             if delivered is not None:
                 return delivered.get("value")
-            timeout_at = suspend.get("timeoutAt")
-            if timeout_at is not None and parse_timestamp(timeout_at) <= self._clock.time():
+            timeout_at = self.journal.timed_out(event_id, self._clock.time())
+            if timeout_at is not None:
                 self.cancel("timeout")
                 raise CancelledError(
                     f"run {self.run_id}: {event_id} timed out at {timeout_at}",
@@ -336,15 +269,8 @@ class Run:
         """
         value = check_json(value, f"value for event {event!r}")
         with self._mutex:
-            match = self.journal.resolve_event(event)
-            if match is None:
-                raise EventNotPendingError(
-                    f"run {self.run_id} is not waiting for {event!r} (pending: "
-                    f"{', '.join(self.journal.pending_events) or 'none'})",
-                    run_id=self.run_id,
-                )
-            event_id, delivered = match
-            if not delivered and not self._timed_out(event_id):
+            event_id, delivered = self.journal.require_event(event)
+            if not delivered and self.journal.timed_out(event_id, self._clock.time()) is None:
                 suspend = self.journal.suspends[event_id]
                 self._append(
                     "resume", {"eventId": event_id, "event": event_name(suspend), "value": value}
@@ -389,9 +315,9 @@ class Run:
         """End the run as canceled."""
         self._append("cancel", {"reason": reason})
 
-    # -- building blocks for the workflow layer --------------------------------------------
+    # -- what `Step` is made of -------------------------------------------------------------
 
-    def replayed_step(self, step_id: str, name: str, kind: StepKind) -> Entry | None:
+    def _replayed_step(self, step_id: str, name: str, kind: StepKind) -> Entry | None:
         """The recorded entry for `step_id`, checked against what the code asks for."""
         with self._mutex:
             entry = self.journal.steps.get(step_id)
@@ -410,7 +336,7 @@ class Run:
             )
         return entry
 
-    def append_step(
+    def _append_step(
         self,
         step_id: str,
         name: str,
@@ -427,7 +353,7 @@ class Run:
             fields["kind"] = kind
         if attempts is not None and attempts > 1:
             fields["attempts"] = attempts
-        if duration_ms is not None:
+        if duration_ms is not None and kind == "step":  # a sleep or a block calls nothing
             fields["durationMs"] = round(duration_ms, 3)
         self._append("step", fields)
         return value
@@ -447,13 +373,9 @@ class Run:
                 offset=other["offset"],
             )
 
-    def _timed_out(self, event_id: str) -> bool:
-        timeout_at = self.journal.suspends[event_id].get("timeoutAt")
-        return timeout_at is not None and parse_timestamp(timeout_at) <= self._clock.time()
-
     def _append(self, kind: str, fields: dict[str, Any]) -> Entry:
         with self._mutex:
-            _ensure_open(self.journal)
+            self.journal.ensure_open()
             entry: Entry = {
                 "type": kind,
                 "session": self.session,
@@ -461,88 +383,23 @@ class Run:
                 "timestamp": format_timestamp(self._clock.time()),
                 **fields,
             }
-            self._token = _commit(self.storage, self.journal, entry, self._token)
+            self._token = commit(self.storage, self.journal, entry, self._token, self._clock)
             self.journal.add(entry)
             return entry
-
-
-def _append(
-    storage: Storage, run_id: str, entries: Sequence[Mapping[str, Any]], token: str | None
-) -> str:
-    """Append `entries` at `token`: the one way kassette writes a journal. Returns the new token.
-
-    A failed write is resolved by reading the journal back: entries that are there count as
-    written (an ambiguous failure, such as a timeout after the write committed, or a retried
-    request conflicting with its own first attempt), so nothing is journaled twice. Otherwise
-    the error is raised: `ConflictError` when the journal moved, for the caller to re-plan.
-    """
-    try:
-        return storage.append(run_id, b"".join(encode(entry) for entry in entries), token=token)
-    except StorageError:
-        landed = _landed(storage, run_id, entries)
-        if landed is None:
-            raise
-        return landed
-
-
-def _commit(storage: Storage, journal: Journal, entry: Entry, token: str) -> str:
-    """Append `entry` of an open session at `token`, retrying while the session is not fenced.
-
-    Returns the new token. The journal is not modified here.
-    """
-    run_id, offset, session = journal.run_id, entry["offset"], entry["session"]
-    delay = 0.05
-    for _ in range(_APPEND_ATTEMPTS):
-        try:
-            return _append(storage, run_id, [entry], token)
-        except StorageError as exc:
-            failure = exc
-        if not isinstance(failure, ConflictError):
-            time.sleep(delay)
-            delay *= 2
-        snapshot = storage.read(run_id)
-        if snapshot is None:
-            raise FencedError(
-                f"run {run_id} disappeared while session {session} wrote",
-                run_id=run_id,
-                offset=offset,
-            ) from failure
-        current = Journal.parse(snapshot.data, run_id)
-        if current.max_session > session:
-            newer = next(e for e in current.entries if e["session"] > session)
-            canceled = current.state.status == "canceled"
-            raise (CancelledError if canceled else FencedError)(
-                f"run {run_id}: session {newer['session']} (offset {newer['offset']}) "
-                f"superseded session {session}",
-                run_id=run_id,
-                offset=newer["offset"],
-            ) from failure
-        if current.next_offset != offset:
-            raise FencedError(
-                f"run {run_id}: another writer of session {session} appended at offset {offset}",
-                run_id=run_id,
-                offset=offset,
-            ) from failure
-        token = snapshot.token
-    raise StorageError(
-        f"run {run_id}: append at offset {offset} failed {_APPEND_ATTEMPTS} times: {failure}",
-        run_id=run_id,
-        offset=offset,
-    ) from failure
 
 
 def open_run(
     storage: Storage,
     run_id: str,
     *,
-    metadata: Any = _UNSET,
+    metadata: Any = None,
     version: str | None = None,
     clock: Clock | None = None,
 ) -> Run:
     """Open a new fenced session of `run_id`, creating the run when it does not exist.
 
     `metadata` (the run's input) is checked against the journal for an existing run; leave it
-    out to continue a run with whatever input it was started with. `version` is checked
+    out (None) to continue a run with whatever input it was started with. `version` is checked
     against the first `start` entry that has one. Raises `TerminalRunError` for an ended run,
     `RunLockedError` when another live process holds it.
     """
@@ -562,52 +419,29 @@ def fork_run(
 ) -> str:
     """Write a new run holding `source_run_id`'s entries before the fork point and a `start`
     entry with `source`; return its id. The next `start(run_id=...)` continues it live."""
-    with _open_fork(
-        storage,
-        source_run_id,
-        offset=offset,
-        step=step,
-        new_run_id=new_run_id,
-        version=None,
-        clock=clock or SystemClock(),
+    with open_fork(
+        storage, source_run_id, offset=offset, step=step, new_run_id=new_run_id, clock=clock
     ) as run:
         return run.run_id
 
 
-def _open_fork(
+def open_fork(
     storage: Storage,
     source_run_id: str,
     *,
-    offset: int | None,
-    step: str | None,
-    new_run_id: str | None,
-    version: str | None,
-    clock: Clock,
+    offset: int | None = None,
+    step: str | None = None,
+    new_run_id: str | None = None,
+    version: str | None = None,
+    clock: Clock | None = None,
 ) -> Run:
+    """`fork_run`, keeping the new run's first session open (for code to continue it live)."""
     validate_run_id(source_run_id)
-    new_run_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
-    fork = _plan_fork(storage, source_run_id, offset, step)
+    new_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
+    fork = plan_fork(storage, source_run_id, offset, step)
     return _open_session(
-        storage, new_run_id, metadata=_UNSET, version=version, clock=clock, fork=fork
+        storage, new_id, metadata=None, version=version, clock=clock or SystemClock(), fork=fork
     )
-
-
-def _landed(storage: Storage, run_id: str, entries: Sequence[Mapping[str, Any]]) -> str | None:
-    """After an append reported failure: the new token if `entries` did land, else None.
-
-    An ambiguous failure (the write committed, its response was lost) must not make the caller
-    write the same entries again, nor give up on entries that are in the journal.
-    """
-    snapshot = storage.read(run_id)
-    if snapshot is None:
-        return None
-    return snapshot.token if _ends_with(Journal.parse(snapshot.data, run_id), entries) else None
-
-
-def _ends_with(journal: Journal, entries: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether `entries` are exactly the journal's last entries, at their own offsets."""
-    first = entries[0]["offset"]
-    return journal.next_offset == first + len(entries) and journal.entries[first:] == entries
 
 
 def cancel_run(
@@ -616,8 +450,8 @@ def cancel_run(
     """Append `cancel` in a new session (no lock: a live writer is fenced on its next append)."""
     clock = clock or SystemClock()
     for _ in range(_OPEN_ATTEMPTS):
-        journal, token = _read(storage, run_id)
-        _ensure_open(journal)
+        journal, token = read(storage, run_id)
+        journal.ensure_open()
         entry: CancelEntry = {
             "type": "cancel",
             "session": journal.max_session + 1,
@@ -626,7 +460,7 @@ def cancel_run(
             "reason": reason,
         }
         try:
-            _append(storage, run_id, [entry], token)
+            append(storage, run_id, [entry], token)
         except ConflictError:
             continue
         journal.add(entry)
@@ -641,11 +475,10 @@ def _open_session(
     metadata: Any,
     version: str | None,
     clock: Clock,
-    fork: _Fork | None,
+    fork: ForkPlan | None,
 ) -> Run:
     validate_run_id(run_id)
-    if metadata is not _UNSET:
-        metadata = check_json(metadata, f"input of run {run_id}")
+    metadata = check_json(metadata, f"input of run {run_id}")
     for _ in range(_OPEN_ATTEMPTS):
         snapshot = storage.read(run_id)
         journal = Journal.parse(snapshot.data, run_id) if snapshot else Journal(run_id)
@@ -670,10 +503,10 @@ def _open_session(
             if version is not None:
                 start["version"] = version
             if fork is not None and snapshot is None:
-                start["source"] = {"runId": fork.source_run_id, "fromOffset": fork.offset}
+                start["source"] = fork.source
             try:
                 at = snapshot.token if snapshot else None
-                token = _append(storage, run_id, [*prefix, start], at)
+                token = append(storage, run_id, [*prefix, start], at)
             except ConflictError:
                 lock.__exit__(None, None, None)
                 continue
@@ -695,25 +528,23 @@ def _open_session(
     )
 
 
-def _journaled_input(journal: Journal, metadata: Any, fork: _Fork | None) -> Any:
+def _journaled_input(journal: Journal, metadata: Any, fork: ForkPlan | None) -> Any:
     if journal.first_start is not None:
         return journal.first_start.get("metadata")
     if fork is not None:
         return fork.metadata
-    return None if metadata is _UNSET else metadata
+    return metadata
 
 
 def _check_existing(
-    journal: Journal, metadata: Any, version: str | None, fork: _Fork | None
+    journal: Journal, metadata: Any, version: str | None, fork: ForkPlan | None
 ) -> None:
     run_id = journal.run_id
-    _ensure_open(journal)
-    if fork is not None:
-        source = journal.status().source
-        if source != {"runId": fork.source_run_id, "fromOffset": fork.offset}:
-            raise InvalidArgumentError(
-                f"cannot fork into {run_id}: a run with that id already exists", run_id=run_id
-            )
+    journal.ensure_open()
+    if fork is not None and journal.status().source != fork.source:
+        raise InvalidArgumentError(
+            f"cannot fork into {run_id}: a run with that id already exists", run_id=run_id
+        )
     if version is not None and journal.version is not None and version != journal.version:
         raise VersionMismatchError(
             f"run {run_id} was started with version {journal.version!r}, this workflow is "
@@ -723,7 +554,7 @@ def _check_existing(
     recorded = journal.first_start.get("metadata") if journal.first_start else None
     # a journal whose first start was torn off records no input to disagree with
     started = journal.first_start is not None
-    if metadata is not _UNSET and metadata is not None and started and metadata != recorded:
+    if metadata is not None and started and metadata != recorded:
         raise MetadataMismatchError(
             f"run {run_id} was started with a different input", run_id=run_id
         )

@@ -34,6 +34,24 @@ class RunNode:
     steps: int
     children: tuple[RunNode, ...] = ()
 
+    @classmethod
+    def of(
+        cls, run_id: str, status: str, source: Mapping[str, object] | None, steps: int
+    ) -> RunNode:
+        """The node of a run whose state records `source` (a fork's `{runId, fromOffset}`, as a
+        journal may hold it: a field of another type counts as absent)."""
+        parent = (source or {}).get("runId")
+        offset = (source or {}).get("fromOffset")
+        return cls(
+            run_id=run_id,
+            status=status,
+            parent_run_id=parent if isinstance(parent, str) else None,
+            fork_offset=offset
+            if isinstance(offset, int) and not isinstance(offset, bool)
+            else None,
+            steps=steps,
+        )
+
     @property
     def label(self) -> str:
         """`run (status, from offset N, K steps)`: what the tree shows for this run."""

@@ -11,41 +11,36 @@ only the calling of user code differs.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from kassette.clock import Clock, SystemClock
+from kassette.codec import (
+    check_json,
+    format_timestamp,
+    new_run_id,
+    parse_timestamp,
+    validate_name,
+)
 from kassette.core import (
-    _UNSET,
     Run,
     Step,
     StepIds,
-    _ensure_open,
-    _open_fork,
     cancel_run,
+    open_fork,
     open_run,
     read_journal,
     run_status,
 )
 from kassette.errors import (
-    EventNotPendingError,
     InvalidArgumentError,
     KassetteError,
     ReplayMismatchError,
     Suspended,
 )
-from kassette.journal import (
-    ErrorInfo,
-    RunStatus,
-    check_json,
-    format_timestamp,
-    html_table,
-    new_run_id,
-    parse_timestamp,
-    validate_name,
-)
 from kassette.retry import NO_RETRY, Retry
+from kassette.state import ErrorInfo, RunStatus, html_table
 from kassette.storage import Storage, open_storage
 
 __all__ = ["AsyncContext", "AsyncWorkflow", "Context", "RunResult", "Workflow", "kassette"]
@@ -83,12 +78,24 @@ class RunResult:
         return html_table(fields)
 
 
-def _attempts(retry: Retry | None) -> Iterator[tuple[int, float, bool]]:
-    """(attempt number, seconds to wait before it, whether it is the last) for a step."""
-    policy = retry or NO_RETRY
-    waits = [0.0, *policy.delays()]
-    for number, wait in enumerate(waits, start=1):
-        yield number, wait, number == len(waits)
+Outcome = tuple[bool, Any]  # (True, the value returned) or (False, the exception raised)
+
+
+def _live_step(step: Step, retry: Retry | None) -> Generator[float, Outcome, Any]:
+    """The retry rule of a live step, for `def` and `async def` workflows alike.
+
+    Yields the seconds to wait before each attempt and is sent how that attempt ended; returns
+    the journaled result, or raises the error of the last attempt. kassette's own errors are
+    never retried: they say the code or the run is wrong, not that the call was unlucky.
+    """
+    waits = [0.0, *(retry or NO_RETRY).delays()]
+    for attempt, wait in enumerate(waits, start=1):
+        ok, value = yield wait
+        if ok:
+            return step.record(value, attempts=attempt)
+        if isinstance(value, KassetteError) or attempt == len(waits):
+            raise value
+    raise AssertionError("unreachable")
 
 
 def _run_coroutine(awaitable: Awaitable[T]) -> T:
@@ -151,14 +158,13 @@ class _ContextBase:
             raise InvalidArgumentError(
                 f"sleep needs seconds >= 0, not {seconds!r}", run_id=self.run_id
             )
-        step_id = self._ids.next("sleep")
+        step = self._run.begin_step("sleep", ids=self._ids, kind="sleep")
         clock = self._run.clock
-        entry = self._run.replayed_step(step_id, "sleep", "sleep")
-        if entry is None:
-            wake_at = format_timestamp(clock.time() + seconds)
-            self._run.append_step(step_id, "sleep", {"wakeAt": wake_at}, kind="sleep")
+        if step.replayed:
+            wake_at = step.result["wakeAt"]
         else:
-            wake_at = entry["result"]["wakeAt"]
+            wake_at = format_timestamp(clock.time() + seconds)
+            step.record({"wakeAt": wake_at})
         return max(0.0, parse_timestamp(wake_at) - clock.time())
 
     def _branches(self, branches: Mapping[str, Any], name: str) -> dict[str, tuple[Any, Any]]:
@@ -171,18 +177,17 @@ class _ContextBase:
             validate_name(branch, "branch")
             if not callable(fn):
                 raise InvalidArgumentError(f"branch {branch!r} is not callable", run_id=self.run_id)
-        step_id = self._ids.next(name)
-        names = list(branches)
-        entry = self._run.replayed_step(step_id, name, "parallel")
-        if entry is None:
-            self._run.append_step(step_id, name, {"branches": names}, kind="parallel")
-        elif sorted(entry["result"].get("branches", [])) != sorted(names):
+        step = self._run.begin_step(name, ids=self._ids, kind="parallel")
+        step_id, names = step.step_id, list(branches)
+        if not step.replayed:
+            step.record({"branches": names})
+        elif sorted(step.result.get("branches", [])) != sorted(names):
             raise ReplayMismatchError(
                 f"run {self.run_id}: parallel block {step_id} has branches "
-                f"{entry['result'].get('branches')} in the journal, the code runs {names}",
+                f"{step.result.get('branches')} in the journal, the code runs {names}",
                 run_id=self.run_id,
                 step_id=step_id,
-                offset=entry["offset"],
+                offset=step.entry["offset"] if step.entry else None,
             )
         return {b: (branches[b], StepIds(f"{step_id}/{b}/")) for b in names}
 
@@ -208,19 +213,22 @@ class Context(_ContextBase):
         step = self._begin(name, fn)
         if step.replayed:
             return step.result  # type: ignore[no-any-return]
-        for attempt, wait, last in _attempts(retry):
+        attempts = _live_step(step, retry)
+        wait = next(attempts)
+        while True:
             self._run.clock.sleep(wait)
             try:
                 value = fn()
-                result = _run_coroutine(value) if inspect.isawaitable(value) else value
-            except KassetteError:
-                raise
-            except Exception:
-                if last:
-                    raise
-                continue
-            return step.record(result, attempts=attempt)  # type: ignore[no-any-return]
-        raise AssertionError("unreachable")
+                outcome: Outcome = (
+                    True,
+                    _run_coroutine(value) if inspect.isawaitable(value) else value,
+                )
+            except Exception as exc:
+                outcome = (False, exc)
+            try:
+                wait = attempts.send(outcome)
+            except StopIteration as recorded:
+                return recorded.value  # type: ignore[no-any-return]
 
     def suspend(
         self, event: str, *, timeout: float | None = None, reason: str | None = None
@@ -263,19 +271,19 @@ class AsyncContext(_ContextBase):
         step = self._begin(name, fn)
         if step.replayed:
             return step.result  # type: ignore[no-any-return]
-        for attempt, wait, last in _attempts(retry):
+        attempts = _live_step(step, retry)
+        wait = next(attempts)
+        while True:
             await self._run.clock.sleep_async(wait)
             try:
                 value = fn()
-                result = await value if inspect.isawaitable(value) else value
-            except KassetteError:
-                raise
-            except Exception:
-                if last:
-                    raise
-                continue
-            return step.record(result, attempts=attempt)  # type: ignore[no-any-return]
-        raise AssertionError("unreachable")
+                outcome: Outcome = (True, await value if inspect.isawaitable(value) else value)
+            except Exception as exc:
+                outcome = (False, exc)
+            try:
+                wait = attempts.send(outcome)
+            except StopIteration as recorded:
+                return recorded.value  # type: ignore[no-any-return]
 
     async def suspend(
         self, event: str, *, timeout: float | None = None, reason: str | None = None
@@ -331,7 +339,7 @@ class _Engine(Generic[I, R]):
         return open_run(
             self.storage,
             run_id,
-            metadata=_UNSET if input is None else input,
+            metadata=input,
             version=self.version,
             clock=self.clock,
         )
@@ -341,13 +349,8 @@ class _Engine(Generic[I, R]):
             raise InvalidArgumentError(f"event must be a string, not {event!r}", run_id=run_id)
         value = check_json(value, f"value for event {event!r}")  # before the session opens
         journal = read_journal(self.storage, run_id)
-        _ensure_open(journal)
-        if journal.resolve_event(event) is None:
-            raise EventNotPendingError(
-                f"run {run_id} is not waiting for {event!r} (pending: "
-                f"{', '.join(journal.pending_events) or 'none'})",
-                run_id=run_id,
-            )
+        journal.ensure_open()
+        journal.require_event(event)
         run = open_run(self.storage, run_id, version=self.version, clock=self.clock)
         try:
             run.deliver(event, value)
@@ -359,7 +362,7 @@ class _Engine(Generic[I, R]):
     def _open_fork(
         self, run_id: str, offset: int | None, step: str | None, new_run_id: str | None
     ) -> Run:
-        return _open_fork(
+        return open_fork(
             self.storage,
             run_id,
             offset=offset,

@@ -127,7 +127,7 @@ def test_a_failing_fn_writes_nothing(storage: Storage) -> None:
 
 def test_replay_mismatch_names_the_step(storage: Storage) -> None:
     with open_run(storage, "r1") as run:
-        run.append_step("nap", "nap", {"wakeAt": "2026-01-01T00:00:00.000Z"}, kind="sleep")
+        run.begin_step("nap", kind="sleep").record({"wakeAt": "2026-01-01T00:00:00.000Z"})
         with pytest.raises(Suspended):
             run.wait_for_event("approval")
     with open_run(storage, "r1") as run:
@@ -629,21 +629,19 @@ class FlakyStorage:
 
 
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Backoff sleeps in core, recorded instead of slept."""
-    slept: list[float] = []
-    monkeypatch.setattr("kassette.core.time.sleep", slept.append)
-    return slept
+def clock() -> FakeClock:
+    """The clock the append protocol backs off on: its sleeps are recorded, not slept."""
+    return FakeClock()
 
 
-def test_an_append_that_landed_but_failed_is_not_duplicated(sleeps: list[float]) -> None:
+def test_an_append_that_landed_but_failed_is_not_duplicated(clock: FakeClock) -> None:
     storage = FlakyStorage()
     assert isinstance(storage, Storage)
-    with open_run(storage, "r1") as run:
+    with open_run(storage, "r1", clock=clock) as run:
         storage.failures, storage.commit = 1, True
         assert run.record("a", lambda: {"v": 1}) == {"v": 1}
         # read back at once: a write that landed needs no backoff and no second attempt
-        assert storage.appends == 1 and sleeps == []
+        assert storage.appends == 1 and clock.slept == []
         assert run.record("b", lambda: 2) == 2  # the run continues at the right token
         storage.failures = 2
         run.complete("ok")
@@ -653,27 +651,27 @@ def test_an_append_that_landed_but_failed_is_not_duplicated(sleeps: list[float])
     assert_dense(storage, "r1")
 
 
-def test_an_append_that_failed_cleanly_is_retried(sleeps: list[float]) -> None:
+def test_an_append_that_failed_cleanly_is_retried(clock: FakeClock) -> None:
     storage = FlakyStorage()
-    with open_run(storage, "r1") as run:
+    with open_run(storage, "r1", clock=clock) as run:
         storage.failures = 3
         assert run.record("a", lambda: 1) == 1
-        assert storage.appends == 3 and len(sleeps) == 3
-        assert sleeps == sorted(sleeps)  # backing off
+        assert storage.appends == 3 and len(clock.slept) == 3
+        assert clock.slept == sorted(clock.slept)  # backing off
     assert types_of(storage, "r1") == ["start", "step"]
     assert_dense(storage, "r1")
 
 
-def test_an_append_that_always_fails_ends_in_storage_error(sleeps: list[float]) -> None:
+def test_an_append_that_always_fails_ends_in_storage_error(clock: FakeClock) -> None:
     storage = FlakyStorage()
-    with open_run(storage, "r1") as run:
+    with open_run(storage, "r1", clock=clock) as run:
         before = data_of(storage, "r1")
         storage.failures = 1_000
         with pytest.raises(StorageError) as caught:
             run.record("a", lambda: 1)
         assert type(caught.value) is StorageError
         assert caught.value.run_id == "r1" and caught.value.offset == 1
-        assert 1 < storage.appends < 20 and len(sleeps) == storage.appends
+        assert 1 < storage.appends < 20 and len(clock.slept) == storage.appends
         assert data_of(storage, "r1") == before
         assert run.journal.next_offset == 1
         storage.failures = 0  # the storage recovers: the same session carries on
@@ -776,7 +774,7 @@ def test_begin_step_replays_or_records_once() -> None:
 def test_begin_step_checks_the_journal_and_its_result_needs_a_record() -> None:
     storage = MemoryStorage()
     with open_run(storage, "r1") as run:
-        run.append_step("call", "other", 1)
+        run.begin_step("call", kind="sleep").record({"wakeAt": "2026-01-01T00:00:00.000Z"})
     with open_run(storage, "r1") as run:
         with pytest.raises(ReplayMismatchError):
             run.begin_step("call")

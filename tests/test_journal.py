@@ -747,7 +747,8 @@ def test_core_writes_camel_case_keys_of_the_documented_fields(tmp_path: Path) ->
     clock = FakeClock()
     with open_run(storage, "src", metadata={"ticketId": 1}, version="v1", clock=clock) as run:
         run.record("analyze", lambda: {"snake_case_inside_payloads": "is the user's"})
-        run.append_step("nap", "nap", {"wakeAt": STAMP}, kind="sleep", attempts=2, duration_ms=1)
+        run.begin_step("nap", kind="sleep").record({"wakeAt": STAMP})
+        run.begin_step("retried").record(1, attempts=2)
         with pytest.raises(Suspended):
             run.wait_for_event("approval", timeout=5, reason="why")
     with open_run(storage, "src", clock=clock) as run:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kassette.errors import JournalCorruptionError
-from kassette.journal import Entries, EntryIndex, Journal, _decode_line, encode
+from kassette.journal import Entries, EntryIndex, Journal, decode_line, encode
 
 STAMP = "2026-01-01T00:00:00.000Z"
 
@@ -165,7 +165,7 @@ JSON_LINES = st.recursive(
 def test_decode_line_agrees_with_json_loads(line: bytes, cut: int, noise: bytes) -> None:
     """Whole, cut short, or with bytes spliced in: the same value, or both refuse."""
     for candidate in (line, line[:cut], line[:cut] + noise + line[cut:], line + noise):
-        assert _loads_outcome(_decode_line, candidate) == _loads_outcome(json.loads, candidate)
+        assert _loads_outcome(decode_line, candidate) == _loads_outcome(json.loads, candidate)
 
 
 def test_a_parsed_journal_holds_about_its_size_in_memory() -> None:

@@ -50,12 +50,16 @@ PROMISED = {
 # the standard-library-only core and the modules whose `__all__` is their API
 CORE_MODULES = [
     "kassette",
+    "kassette.append",
     "kassette.clock",
+    "kassette.codec",
     "kassette.core",
     "kassette.errors",
+    "kassette.fork",
     "kassette.journal",
     "kassette.lineage",
     "kassette.retry",
+    "kassette.state",
     "kassette.storage",
     "kassette.storage.local",
     "kassette.storage.memory",
@@ -179,3 +183,49 @@ def test_no_module_imports_itself_back() -> None:
             visit(module)
     assert len(graph) > 30 and "kassette.explore._decode" in graph["kassette.explore.export"]
     assert cycles == []
+
+
+def private_imports() -> list[str]:
+    """Every import in the package of a private name (`_x`) from another module, or of a
+    private module (`kassette.pkg._x`) from outside its package, counting the ones inside
+    functions: what `test_no_private_name_crosses_a_module_boundary` refuses."""
+    package = Path(kassette.__file__).parent
+    found = []
+
+    def is_module(dotted: str) -> bool:
+        path = package.parent.joinpath(*dotted.split("."))
+        return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for path in sorted(package.rglob("*.py")):
+        here = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        here = here.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                pairs = [(node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                pairs = [
+                    tuple(alias.name.rsplit(".", 1)) for alias in node.names if "." in alias.name
+                ]
+            else:
+                continue
+            for module, name in pairs:
+                if not module.startswith("kassette"):
+                    continue
+                dotted = f"{module}.{name}"
+                target = dotted if is_module(dotted) else module
+                parts = target.split(".")
+                for depth, part in enumerate(parts):
+                    owner = ".".join(parts[:depth])  # the package a private module belongs to
+                    if private(part) and not here.startswith(owner + "."):
+                        found.append(f"{here}:{node.lineno} imports private module {target}")
+                if target == module and private(name) and module != here:
+                    found.append(f"{here}:{node.lineno} imports private name {dotted}")
+    return found
+
+
+def test_no_private_name_crosses_a_module_boundary() -> None:
+    """Each layer uses only the public names of the ones below it (docs/architecture.md)."""
+    assert private_imports() == []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from kassette.journal import REQUIRED_TEXT, RunState, check_entry, reduce_entry
+from kassette.codec import REQUIRED_TEXT, check_entry, parse_moment, to_json
+from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode"]
 
@@ -306,7 +307,7 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
         columns["event"].append(_text(entry.get("event")))
         columns["duration_ms"].append(_number(entry.get("durationMs")))
         payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
-        columns["value"].append(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+        columns["value"].append(to_json(payload))
     return pa.table(columns, schema=ENTRY_SCHEMA)
 
 
@@ -319,21 +320,20 @@ def _number(value: object) -> float | None:
 
 
 def _parse_time(value: object) -> datetime | None:
-    """Any ISO 8601 time Python reads; one without a zone is taken as UTC."""
+    """A journal timestamp as `kassette.codec.parse_moment` reads it; None if it does not."""
     if not isinstance(value, str):
         return None
     try:
-        moment = datetime.fromisoformat(value)
+        return parse_moment(value)
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 # -- runs --------------------------------------------------------------------------------------
 
 
 def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Table:
-    """One row per run, its state folded from its entries by `kassette.journal.reduce_entry`.
+    """One row per run, its state folded from its entries by `kassette.state.reduce_entry`.
 
     Steps do not change a run's state, so only the other entries are decoded and folded.
     """

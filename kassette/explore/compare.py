@@ -15,7 +15,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kassette.codec import to_json
 from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore._read import unique_run_ids
 from kassette.explore.frames import Journals
 
 __all__ = ["compare"]
@@ -28,7 +30,7 @@ def compare(journals: Journals, run_ids: Iterable[str]) -> pd.DataFrame:
     JSON text (missing where the run has no such step), and a boolean `first_divergence`
     column that is True on the first step where the runs differ. The step id is also in
     `frame.attrs["first_divergence"]` (None when the runs agree on every step)."""
-    wanted = list(dict.fromkeys([run_ids] if isinstance(run_ids, str) else run_ids))
+    wanted = unique_run_ids(run_ids) or []
     if not wanted:
         raise InvalidArgumentError("compare needs at least one run id")
     known = set(journals.run_ids)
@@ -73,4 +75,4 @@ def _agree(results: dict[str, dict[str, Any]], run_ids: list[str], step_id: str)
 def _text(results: dict[str, Any], step_id: str) -> str | None:
     if step_id not in results:
         return None
-    return json.dumps(results[step_id], ensure_ascii=False, separators=(",", ":"))
+    return to_json(results[step_id])

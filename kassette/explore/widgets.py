@@ -26,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a bare environment
 
 import pandas as pd
 
+from kassette.codec import TERMINAL_TYPES
 from kassette.explore.compare import FIRST_DIVERGENCE, compare
 from kassette.explore.frames import Journals, load
 from kassette.explore.lineage import STATUS_COLORS, Lineage, RunNode, lineage
@@ -297,7 +298,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
             return
         entries = self.tree.journals._entries_of(self.source)
         steps = entries[entries["type"] == "step"].drop_duplicates("step_id")
-        terminal = entries[entries["type"].isin(["complete", "error", "cancel"])]
+        terminal = entries[entries["type"].isin(sorted(TERMINAL_TYPES))]
         last = int(terminal["offset"].iloc[0]) if len(terminal) else len(entries)
         options: list[tuple[str, str | None]] = [("(by offset)", None)]
         options += [

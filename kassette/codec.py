@@ -1,0 +1,316 @@
+"""The entry codec: a journal line's bytes and the entry they hold, both ways.
+
+An entry is one JSON object on one `\n`-terminated UTF-8 line: the envelope (`type`,
+`session`, `offset`, `timestamp`), then the fields of its type; the `TypedDict`s below spell out
+kassette's own types. This module owns the one JSON encoder (compact, UTF-8, no NaN or
+infinities), the one line decoder, the timestamp format, and `check_entry`, the test every
+reader applies to a decoded line. Pure functions: no storage, no state.
+"""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, NotRequired, TypedDict
+
+from kassette.errors import InvalidArgumentError, JournalCorruptionError, NotSerializableError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+__all__ = [
+    "KNOWN_TYPES",
+    "REQUIRED_TEXT",
+    "TERMINAL_TYPES",
+    "CancelEntry",
+    "CompleteEntry",
+    "Entry",
+    "ErrorEntry",
+    "ErrorPayload",
+    "KnownEntry",
+    "ResumeEntry",
+    "Source",
+    "StartEntry",
+    "StepEntry",
+    "SuspendEntry",
+    "check_entry",
+    "check_json",
+    "decode_line",
+    "encode",
+    "event_id",
+    "event_name",
+    "format_timestamp",
+    "new_run_id",
+    "parse_moment",
+    "parse_timestamp",
+    "to_json",
+    "validate_name",
+]
+
+Entry = dict[str, Any]
+
+TERMINAL_TYPES = frozenset({"complete", "error", "cancel"})
+KNOWN_TYPES = frozenset({"start", "step", "suspend", "resume"}) | TERMINAL_TYPES
+# The text fields that replay and the run's state are keyed by, per type: each tuple needs one
+# of its keys. Upstream (TypeScript) kassette names a suspend's and a resume's event `name`.
+REQUIRED_TEXT = {
+    "step": (("stepId",), ("name",)),
+    "suspend": (("eventId", "name"),),
+    "resume": (("eventId", "name"),),
+}
+# what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds per
+# call; built once, as encoding is on every append's path
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# what json.loads runs once past its checks (its memo of keys is per call: safe to share)
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def validate_name(name: object, what: str = "step") -> str:
+    """Step, event and branch names are non-empty strings without the reserved `#` and `/`."""
+    if not isinstance(name, str) or not name or "#" in name or "/" in name:
+        raise InvalidArgumentError(
+            f"invalid {what} name {name!r}: names are non-empty and may not contain '#' or '/'"
+        )
+    return name
+
+
+def check_json(value: object, what: str) -> Any:
+    """Return `value` as replay will see it (via a JSON round trip), or raise a `TypeError`.
+
+    Live code and replayed code must get the same value, so a tuple comes back as a list here
+    too. Sets, bytes, arbitrary objects, NaN and infinities are refused.
+    """
+    try:
+        text = _ENCODER.encode(value)
+        text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
+    except (TypeError, ValueError) as exc:
+        raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from exc
+    return json.loads(text)
+
+
+def format_timestamp(epoch_seconds: float) -> str:
+    """ISO 8601 UTC with milliseconds and `Z`, the journal's one timestamp format."""
+    global _last_second
+    millis = round(epoch_seconds * 1000)  # not int(): 1.001 * 1000 is 1000.999...
+    seconds, ms = divmod(millis, 1000)
+    cached_seconds, prefix = _last_second
+    if seconds != cached_seconds:  # strftime is most of the cost; appends come many a second
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _last_second = (seconds, prefix)
+    return f"{prefix}.{ms:03d}Z"
+
+
+_last_second: tuple[int, str] = (0, "1970-01-01T00:00:00")  # (epoch second, its text)
+
+
+def parse_moment(text: str) -> datetime:
+    """A journal timestamp as an aware UTC datetime: any ISO 8601 form Python reads, one
+    without a zone taken as UTC. `ValueError` for anything else. Every reader parses with it."""
+    from datetime import UTC, datetime  # imported when first needed, to keep imports light
+
+    moment = datetime.fromisoformat(text)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def parse_timestamp(text: str) -> float:
+    """Seconds since the epoch for a journal timestamp (see `parse_moment`)."""
+    return parse_moment(text).timestamp()
+
+
+def new_run_id() -> str:
+    """A fresh run id: a uuid4 in hex."""
+    import uuid  # imported when first needed, to keep `import kassette` light
+
+    return uuid.uuid4().hex
+
+
+def to_json(value: object) -> str:
+    """`value` as compact JSON text: the encoding of every journal line and of every JSON value
+    kassette prints. `ValueError` for NaN and infinities, `TypeError` for what is not JSON."""
+    return _ENCODER.encode(value)
+
+
+def encode(entry: Mapping[str, Any]) -> bytes:
+    """One entry as its journal line: compact JSON, UTF-8, `\\n`-terminated."""
+    return (_ENCODER.encode(entry) + "\n").encode()
+
+
+def decode_line(line: bytes) -> Any:
+    """`json.loads(line)`, less its wrappers: a line that starts with `{"` is UTF-8 and its
+    value starts at once, so the C scanner can be called directly.
+
+    Every replayed entry is decoded twice (see `Entries`), so the saving counts.
+    """
+    if not line.startswith(b'{"'):
+        return json.loads(line)
+    text = line.decode("utf-8", "surrogatepass")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration as stop:  # the scanner's "no value here", as raw_decode reports it
+        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+# -- the entry types ---------------------------------------------------------------------------
+
+
+class _Envelope(TypedDict):
+    """What every entry has; `offset` is dense from 0, `session` counts invocations from 1."""
+
+    session: int
+    offset: int
+    timestamp: str
+
+
+class Source(TypedDict):
+    """Where a fork came from: the source run and the offset its copied entries stop before."""
+
+    runId: str
+    fromOffset: int
+
+
+class StartEntry(_Envelope):
+    """Opens a session. The first start records the run's input; a fork's own start has
+    `source`, and `version` names the code that continues the run from there."""
+
+    type: Literal["start"]
+    metadata: Any
+    version: NotRequired[str]
+    source: NotRequired[Source]
+
+
+class StepEntry(_Envelope):
+    """A step's result, replayed instead of running the step again."""
+
+    type: Literal["step"]
+    stepId: str
+    name: str
+    result: Any
+    kind: NotRequired[Literal["sleep", "parallel"]]
+    attempts: NotRequired[int]
+    durationMs: NotRequired[float]
+
+
+class SuspendEntry(_Envelope):
+    """The run waits for an event; pending until a resume with the same `eventId`."""
+
+    type: Literal["suspend"]
+    eventId: str
+    event: str
+    reason: NotRequired[str]
+    timeoutAt: NotRequired[str]
+
+
+class ResumeEntry(_Envelope):
+    """The value delivered for a suspend; the first one for an `eventId` is final."""
+
+    type: Literal["resume"]
+    eventId: str
+    event: str
+    value: Any
+
+
+class CompleteEntry(_Envelope):
+    type: Literal["complete"]
+    result: Any
+
+
+class ErrorPayload(TypedDict, total=False):
+    name: str
+    message: str
+    traceback: str
+
+
+class ErrorEntry(_Envelope):
+    type: Literal["error"]
+    error: ErrorPayload
+
+
+class CancelEntry(_Envelope):
+    type: Literal["cancel"]
+    reason: str | None
+
+
+KnownEntry = (
+    StartEntry | StepEntry | SuspendEntry | ResumeEntry | CompleteEntry | ErrorEntry | CancelEntry
+)
+
+
+def check_entry(entry: object, run_id: str, expected: int, line_number: int | None = None) -> Entry:
+    """Return `entry` if it can be the entry at offset `expected`, else raise
+    `JournalCorruptionError`: a JSON object with the envelope, and for kassette's own types the
+    text fields replay and the run's state are keyed by. Every reader checks with this."""
+    if type(entry) is dict:
+        offset, session, kind = entry.get("offset"), entry.get("session"), entry.get("type")
+        if (
+            type(offset) is int
+            and offset == expected
+            and type(session) is int
+            and session >= 1
+            and type(kind) is str
+        ):
+            for keys in REQUIRED_TEXT.get(kind, ()):  # on every entry read: no generators
+                for key in keys:
+                    if type(entry.get(key)) is str:
+                        break
+                else:
+                    break
+            else:
+                return entry
+    _corrupt(entry, run_id, expected, line_number)
+
+
+def _corrupt(entry: object, run_id: str, expected: int, line_number: int | None) -> NoReturn:
+    """Raise the `JournalCorruptionError` that says what is wrong with `entry`."""
+    where = f"line {line_number if line_number is not None else expected + 1}"
+    if not isinstance(entry, dict):
+        raise JournalCorruptionError(
+            f"run {run_id}: {where} (offset {expected}) is not a JSON object",
+            run_id=run_id,
+            offset=expected,
+        )
+    offset, session = entry.get("offset"), entry.get("session")
+    if type(offset) is not int or offset != expected:
+        kind = (
+            "duplicate offset"
+            if isinstance(offset, int) and offset < expected
+            else ("offset gap" if isinstance(offset, int) else "missing offset")
+        )
+        raise JournalCorruptionError(
+            f"run {run_id}: {kind} at {where}: expected offset {expected}, got {offset!r}",
+            run_id=run_id,
+            offset=expected,
+        )
+    if type(session) is not int or session < 1 or not isinstance(entry.get("type"), str):
+        raise JournalCorruptionError(
+            f"run {run_id}: {where} (offset {offset}) lacks a valid type or session",
+            run_id=run_id,
+            offset=offset,
+        )
+    keys = next(
+        keys
+        for keys in REQUIRED_TEXT[entry["type"]]
+        if not any(isinstance(entry.get(key), str) for key in keys)
+    )
+    raise JournalCorruptionError(
+        f"run {run_id}: {entry['type']} entry at {where} (offset {offset}) lacks "
+        f"{' or '.join(map(repr, keys))}",
+        run_id=run_id,
+        offset=offset,
+    )
+
+
+def event_id(entry: Mapping[str, Any]) -> str:
+    """The id of a checked suspend's or resume's event: `eventId`, or upstream's `name`."""
+    value = entry.get("eventId")
+    return value if isinstance(value, str) else entry["name"]
+
+
+def event_name(entry: Mapping[str, Any]) -> str:
+    """The event a checked suspend waits for (or a resume delivers): `event`, else its id."""
+    value = entry.get("event")
+    return value if isinstance(value, str) else event_id(entry)

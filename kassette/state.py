@@ -1,0 +1,183 @@
+"""A run's state: what its entries say about it, folded by one pure reducer.
+
+`reduce_entry` takes a `RunState` and a checked entry (see `kassette.codec.check_entry`) and
+returns the state after it: status, version, fork source, pending events, result, error.
+Every reader folds with it: `Journal`, the CLI, explore's Arrow path and koto. `RunStatus` is
+the state as the public API and the CLI report it.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from kassette.codec import KNOWN_TYPES, Source, event_id, to_json
+
+__all__ = [
+    "ErrorInfo",
+    "RunState",
+    "RunStatus",
+    "Status",
+    "html_table",
+    "reduce_entry",
+    "reduce_run",
+]
+
+Status = Literal["running", "suspended", "completed", "failed", "canceled"]
+_STATUS_OF_TERMINAL: dict[str, Status] = {
+    "complete": "completed",
+    "error": "failed",
+    "cancel": "canceled",
+}
+
+
+def html_table(fields: dict[str, Any]) -> str:
+    """Field names and their JSON values as a two-column HTML table (for Jupyter)."""
+    rows = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(key)}</th>"
+        f"<td style='text-align:left'>{html.escape(to_json(value))}</td></tr>"
+        for key, value in fields.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """The `name` and `message` of an error that ended a run."""
+
+    name: str
+    message: str
+
+    @classmethod
+    def of(cls, error: object) -> ErrorInfo:
+        """From an `error` entry's payload, whatever a foreign writer put there."""
+        if isinstance(error, dict):
+            return cls(str(error.get("name", "Error")), str(error.get("message", "")))
+        return cls("Error", str(error))
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}" if self.message else self.name
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "message": self.message}
+
+
+class RunState(NamedTuple):
+    """What a run's entries say about it, as `reduce_entry` folds them in offset order.
+
+    `created_offset` is the offset of the entry that created the run as it is: its first
+    `start`, or for a fork its own `start` (the entries before it are the source's).
+    `ended_offset` is the offset of the terminal entry; nothing after it counts.
+    """
+
+    status: Status = "running"
+    version: str | None = None
+    source: Source | None = None
+    pending_events: tuple[str, ...] = ()
+    delivered: frozenset[str] = frozenset()
+    result: Any = None
+    error: ErrorInfo | None = None
+    created_offset: int | None = None
+    ended_offset: int | None = None
+
+
+def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
+    """The run's state after `entry` (a checked entry; see `check_entry`).
+
+    Pure: `state` is not modified. Steps and entry types kassette does not know leave the
+    state as it is, so a reader may fold only the other entries.
+      - `start`: the first one with a string `version` sets the version; one with `source`
+        (a fork's own start, or a fork of a fork's copy of it) sets the source, and the version
+        becomes its own: the code continuing a fork is the fork's.
+      - `suspend` makes its event pending unless it was delivered; `resume` delivers it.
+      - `complete`, `error`, `cancel`: the first one ends the run, with its result or error.
+    """
+    kind = entry["type"]
+    if kind == "step" or kind not in KNOWN_TYPES or state.ended_offset is not None:
+        return state
+    if kind == "start":
+        version = entry.get("version")
+        version = version if isinstance(version, str) else None
+        source = entry.get("source")
+        created = state.created_offset
+        if isinstance(source, dict):
+            return state._replace(source=source, version=version, created_offset=entry["offset"])  # type: ignore[arg-type]
+        if state.version is None and version is not None:
+            state = state._replace(version=version)
+        return state if created is not None else state._replace(created_offset=entry["offset"])
+    if kind == "suspend":
+        key = event_id(entry)
+        if key in state.delivered or key in state.pending_events:
+            return state
+        return _settled(state, (*state.pending_events, key), state.delivered)
+    if kind == "resume":
+        key = event_id(entry)
+        if key in state.delivered:
+            return state
+        pending = tuple(e for e in state.pending_events if e != key)
+        return _settled(state, pending, state.delivered | {key})
+    return state._replace(
+        status=_STATUS_OF_TERMINAL[kind],
+        result=entry.get("result") if kind == "complete" else None,
+        error=ErrorInfo.of(entry.get("error")) if kind == "error" else None,
+        ended_offset=entry["offset"],
+    )
+
+
+def reduce_run(entries: Iterable[Mapping[str, Any]]) -> RunState:
+    """The state of a run with these entries (checked, in offset order)."""
+    state = RunState()
+    for entry in entries:
+        state = reduce_entry(state, entry)
+    return state
+
+
+def _settled(state: RunState, pending: tuple[str, ...], delivered: frozenset[str]) -> RunState:
+    """`state` with these events, and the status that follows from them."""
+    status: Status = "suspended" if pending else "running"
+    return state._replace(status=status, pending_events=pending, delivered=delivered)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's state, derived from its journal alone.
+
+    `status` is "running" for a run that is in progress *or* crashed and not yet re-invoked:
+    the journal cannot tell them apart, and both are continued by re-invoking. `created_at`
+    is when the run came to be: its first entry's time, or for a fork its own `start`'s.
+    """
+
+    run_id: str
+    status: Status
+    version: str | None
+    source: dict[str, Any] | None
+    sessions: int
+    entries: int
+    steps: int
+    pending_events: tuple[str, ...]
+    result: Any
+    error: ErrorInfo | None
+    created_at: str | None
+    updated_at: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The camelCase JSON object the CLI prints."""
+        return {
+            "runId": self.run_id,
+            "status": self.status,
+            "version": self.version,
+            "source": self.source,
+            "sessions": self.sessions,
+            "entries": self.entries,
+            "steps": self.steps,
+            "pendingEvents": list(self.pending_events),
+            "result": self.result,
+            "error": self.error.to_dict() if self.error else None,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+    def _repr_html_(self) -> str:
+        return html_table(self.to_dict())
