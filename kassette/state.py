@@ -9,11 +9,12 @@ the state as the public API and the CLI report it.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from kassette.codec import KNOWN_TYPES, Source, event_id, to_json
+from kassette.codec import KNOWN_TYPES, Source, event_id
 
 __all__ = [
     "ErrorInfo",
@@ -34,10 +35,11 @@ _STATUS_OF_TERMINAL: dict[str, Status] = {
 
 
 def html_table(fields: dict[str, Any]) -> str:
-    """Field names and their JSON values as a two-column HTML table (for Jupyter)."""
+    """Field names and their values as a two-column HTML table (for Jupyter): for reading, so
+    JSON with spaces, and anything else as its `str`."""
     rows = "".join(
         f"<tr><th style='text-align:left'>{html.escape(key)}</th>"
-        f"<td style='text-align:left'>{html.escape(to_json(value))}</td></tr>"
+        f"<td style='text-align:left'>{html.escape(json.dumps(value, default=str))}</td></tr>"
         for key, value in fields.items()
     )
     return f"<table>{rows}</table>"
