@@ -1,13 +1,16 @@
-"""What an append costs on S3Storage, next to LocalStorage, for runs of 10, 100 and 500 steps.
+"""What an append costs on S3Storage, next to LocalStorage, for runs of 10, 100 and 1,000 steps.
 
 Starts a moto S3 server on 127.0.0.1 (the `dev` extra), records N steps in one session on
 each backend and prints, per run: the journal's size, the bytes the backend sent to storage
-(PUT bodies for S3, bytes written for local files), and the latency of an append (`record` of
-a step whose function returns at once, so the time is the journal's; the last column averages
-the final tenth of the run, where the object is largest). Every S3 append rewrites the whole
-object, so its bytes grow with the square of the run's length; this shows how fast.
+(PUT bodies for S3, bytes written for local files) and their ratio to the journal, the PUTs
+and GETs (an open of the finished run: its requests), and the latency of an append (`record`
+of a step whose function returns at once, so the time is the journal's; the last column
+averages the final tenth of the run). Two S3 rows per size: `s3 single` is the layout before
+chunks (every append rewrites the whole journal, so bytes grow with the square of the run's
+length), `s3 chunked` the chunked layout (docs/object-storage-design.md). The exit status is 0
+when the chunked layout sends at most 4x the journal at 1,000 steps (or the largest size run).
 
-    python benchmarks/bench_s3.py [--steps 10 100 500] [--result-bytes 200]
+    python benchmarks/bench_s3.py [--steps 10 100 1000] [--result-bytes 200]
 
 moto answers from memory on this machine: the latencies are the client's and server's CPU
 (signing, checksums, HTTP), not a network round trip, which a real bucket adds to every append.
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,8 @@ from kassette.storage import Storage
 from kassette.storage.local import LocalStorage
 from kassette.storage.s3 import S3Storage
 
+TARGET = 4.0
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -42,7 +48,13 @@ class Measurement:
     steps: int
     journal_bytes: int
     sent_bytes: int
+    puts: int
+    open_gets: int
     append_ms: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return self.sent_bytes / self.journal_bytes
 
     def row(self) -> list[str]:
         latencies = sorted(self.append_ms)
@@ -53,7 +65,9 @@ class Measurement:
             str(self.steps),
             f"{self.journal_bytes:,}",
             f"{self.sent_bytes:,}",
-            f"{self.sent_bytes / self.journal_bytes:.1f}x",
+            f"{self.ratio:.2f}x",
+            str(self.puts),
+            str(self.open_gets),
             f"{statistics.mean(latencies):.2f}",
             f"{statistics.median(latencies):.2f}",
             f"{p95:.2f}",
@@ -67,6 +81,8 @@ HEADER = [
     "journal bytes",
     "bytes sent",
     "sent/journal",
+    "PUTs",
+    "GETs to open",
     "append mean ms",
     "p50 ms",
     "p95 ms",
@@ -75,19 +91,34 @@ HEADER = [
 
 
 def measure(
-    backend: str, storage: Storage, steps: int, result: str, sent: Callable[[], int]
+    backend: str,
+    storage: Storage,
+    steps: int,
+    result: str,
+    sent: Callable[[], int],
+    requests: Counter[str],
 ) -> Measurement:
     run_id = f"bench-{steps}-{uuid.uuid4().hex[:8]}"
-    before = sent()
+    before, puts = sent(), requests["PutObject"]
     latencies = []
     with open_run(storage, run_id, metadata={"steps": steps}) as run:
         for number in range(steps):
             started = time.perf_counter()
             run.record(f"step-{number}", lambda: result)
             latencies.append((time.perf_counter() - started) * 1000)
-    snapshot = storage.read(run_id)
+    sent_bytes, puts = sent() - before, requests["PutObject"] - puts
+    gets = requests["GetObject"]
+    snapshot = storage.read(run_id)  # what opening the run again reads
     assert snapshot is not None
-    return Measurement(backend, steps, len(snapshot.data), sent() - before, latencies)
+    return Measurement(
+        backend,
+        steps,
+        len(snapshot.data),
+        sent_bytes,
+        puts,
+        requests["GetObject"] - gets,
+        latencies,
+    )
 
 
 class _CountingLocal(LocalStorage):
@@ -100,9 +131,16 @@ class _CountingLocal(LocalStorage):
         return super().append(run_id, data, token=token)
 
 
-def main(argv: list[str] | None = None) -> None:
+class _SingleObject(S3Storage):
+    """S3Storage as it was before chunks: the head never stops being the whole journal."""
+
+    _short_lines = sys.maxsize
+    _short_bytes = sys.maxsize
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--result-bytes", type=int, default=200, help="size of each step result")
     args = parser.parse_args(argv)
 
@@ -120,25 +158,35 @@ def main(argv: list[str] | None = None) -> None:
         region_name="us-east-1",
         aws_access_key_id="bench",
         aws_secret_access_key="bench",
-        config=Config(retries={"total_max_attempts": 1}),
+        config=Config(retries={"total_max_attempts": 1}, max_pool_connections=16),
     )
     uploaded = [0]
+    requests: Counter[str] = Counter()
 
     def count_upload(request: Any, **_: Any) -> None:
         uploaded[0] += int(request.headers.get("Content-Length", 0))
 
+    def count_request(model: Any, **_: Any) -> None:
+        requests[model.name] += 1
+
     client.meta.events.register("before-send.s3.PutObject", count_upload)
+    client.meta.events.register("before-call.s3", count_request)
     client.create_bucket(Bucket="kassette-bench")
-    s3 = S3Storage("kassette-bench", "bench", client=client)
+    single = _SingleObject("kassette-bench", "single", client=client)
+    chunked = S3Storage("kassette-bench", "chunked", client=client)
     result = "x" * args.result_bytes
+    local_requests: Counter[str] = Counter()
 
     rows = []
     try:
         with tempfile.TemporaryDirectory() as directory:
             local = _CountingLocal(Path(directory) / "journals")
             for steps in args.steps:
-                rows.append(measure("local", local, steps, result, lambda: _CountingLocal.written))
-                rows.append(measure("s3 (moto)", s3, steps, result, lambda: uploaded[0]))
+                written = lambda: _CountingLocal.written  # noqa: E731
+                rows.append(measure("local", local, steps, result, written, local_requests))
+                sent = lambda: uploaded[0]  # noqa: E731
+                rows.append(measure("s3 single", single, steps, result, sent, requests))
+                rows.append(measure("s3 chunked", chunked, steps, result, sent, requests))
     finally:
         client.close()
         server.stop()
@@ -153,7 +201,15 @@ def main(argv: list[str] | None = None) -> None:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for line in table[1:]:
         print("| " + " | ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) + " |")
+    largest = max(args.steps)
+    ratio = next(m.ratio for m in rows if m.backend == "s3 chunked" and m.steps == largest)
+    met = ratio <= TARGET
+    print(
+        f"chunked layout at {largest} steps: {ratio:.2f}x the journal uploaded "
+        f"(target <= {TARGET:.0f}x): {'met' if met else 'NOT met'}"
+    )
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -32,11 +32,24 @@ from typing import TYPE_CHECKING
 from kassette.errors import (
     ConflictError,
     InvalidArgumentError,
+    JournalCorruptionError,
     KassetteError,
     RunNotFoundError,
     StorageError,
 )
 from kassette.storage import Snapshot, validate_run_id
+from kassette.storage.chunks import (
+    CHUNKS,
+    HEAD,
+    SHORT_BYTES,
+    SHORT_LINES,
+    View,
+    check_view,
+    chunk_name,
+    live_chunks,
+    parse_head,
+    plan_append,
+)
 
 if TYPE_CHECKING:
     from botocore.exceptions import ClientError
@@ -45,9 +58,9 @@ if TYPE_CHECKING:
 
 __all__ = ["S3Storage"]
 
-_JOURNAL = "journal.jsonl"
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 _CACHED_RUNS = 64
+_PARALLEL_GETS = 8
 _MAX_KEY_BYTES = 1024
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _REFUSED_CODES = frozenset(
@@ -65,12 +78,17 @@ _REFUSED_CODES = frozenset(
 class S3Storage:
     """Journals in `bucket` under `prefix`; `client` defaults to `boto3.client("s3")`."""
 
+    # when a head stops being a whole journal; the benchmark sets them past any run to
+    # measure the single-object layout
+    _short_lines = SHORT_LINES
+    _short_bytes = SHORT_BYTES
+
     def __init__(self, bucket: str, prefix: str = "", client: S3Client | None = None) -> None:
         self.bucket = _validate_bucket(bucket)
         self.prefix = _validate_prefix(prefix)
         self._client = client if client is not None else _default_client()
         _check_conditional_writes(self._client)
-        self._bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._views: OrderedDict[str, View] = OrderedDict()
         self._mutex = threading.Lock()
 
     def __repr__(self) -> str:
@@ -82,9 +100,6 @@ class S3Storage:
         run_id = validate_run_id(run_id)
         return f"{self.prefix}/{run_id}/" if self.prefix else f"{run_id}/"
 
-    def _key(self, run_id: str) -> str:
-        return self._base(run_id) + _JOURNAL
-
     def _object_key(self, run_id: str, name: str) -> str:
         key = self._base(run_id) + _validate_object_name(name)
         if len(key.encode()) > _MAX_KEY_BYTES:
@@ -95,44 +110,33 @@ class S3Storage:
         return key
 
     def read(self, run_id: str) -> Snapshot | None:
-        key = self._key(run_id)
-        try:
-            data, etag = self._get(run_id, key)
-        except RunNotFoundError:
-            return None
-        return Snapshot(data, etag)
+        view = self._load(run_id)
+        return None if view is None else Snapshot(view.data, view.token)
 
     def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
-        key = self._key(run_id)
-        if token is None:
-            body = data
-            with self._boundary("create", run_id, key):
-                etag = self._client.put_object(
-                    Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*"
-                )["ETag"]
-        else:
-            body = _complete_lines(self._body_at(run_id, key, token)) + data
-            try:
-                with self._boundary("append to", run_id, key):
-                    etag = self._client.put_object(
-                        Bucket=self.bucket, Key=key, Body=body, IfMatch=token
-                    )["ETag"]
-            except RunNotFoundError as exc:
-                raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from exc
-        self._remember(run_id, etag, body)
-        return etag
+        view = None if token is None else self._view_at(run_id, token)
+        write = plan_append(
+            view, data, short_lines=self._short_lines, short_bytes=self._short_bytes
+        )
+        key = self._base(run_id) + write.name
+        action = "create" if view is None else "append to"
+        etag = self._put(action, run_id, key, write.body, if_match=write.if_match)
+        after = write.view(etag, view)
+        self._remember(run_id, after)
+        return after.token
 
     def list_runs(self) -> Iterator[str]:
         base = f"{self.prefix}/" if self.prefix else ""
         run_ids = []
         with self._boundary("list runs in", None, base):
+            # a long run's chunks fold into one common prefix each instead of a key each
             pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=base
+                Bucket=self.bucket, Prefix=base, Delimiter=f"/{CHUNKS}"
             )
             for page in pages:
                 for item in page.get("Contents", []):
                     run_id, slash, name = item.get("Key", "")[len(base) :].partition("/")
-                    if slash and name == _JOURNAL and _is_run_id(run_id):
+                    if slash and name == HEAD and _is_run_id(run_id):
                         run_ids.append(run_id)
         yield from sorted(run_ids)
 
@@ -164,7 +168,7 @@ class S3Storage:
         """Delete run `run_id`'s journal and every object beside it; a missing run is no error."""
         base = self._base(run_id)
         with self._mutex:
-            self._bodies.pop(run_id, None)
+            self._views.pop(run_id, None)
         with self._boundary("delete", run_id, base):
             pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=base
@@ -182,34 +186,93 @@ class S3Storage:
                     key = failure.get("Key", base)
                     raise _translate(_per_key_error(failure), "delete", self.bucket, key, run_id)
 
-    def _get(self, run_id: str, key: str) -> tuple[bytes, str]:
-        with self._boundary("read", run_id, key):
-            response = self._client.get_object(Bucket=self.bucket, Key=key)
-            data = response["Body"].read()
-        etag = response["ETag"]
-        self._remember(run_id, etag, data)
-        return data, etag
+    def _load(self, run_id: str) -> View | None:
+        """The run's journal as it is now: its head, then its live chunks (None: no run)."""
+        base = self._base(run_id)
+        got = self._get(run_id, base + HEAD)
+        if got is None:
+            return None
+        body, etag = got
+        head = parse_head(body, run_id)
+        if not head.chunked:
+            view = View(head, etag)
+        else:
+            numbers = live_chunks(head.sealed, head.fanout)
+            probe = [head.sealed + 1] if head.full else []  # sealed already, maybe
+            names = [base + chunk_name(number) for number in numbers + probe]
+            found = dict(zip(numbers + probe, self._get_all(run_id, names), strict=True))
+            pending = found.get(head.sealed + 1)
+            if pending is not None:
+                numbers = live_chunks(head.sealed + 1, head.fanout)
+            missing = [number for number in numbers if found[number] is None]
+            if missing:
+                raise JournalCorruptionError(
+                    f"run {run_id}: chunk {chunk_name(missing[0])} of its journal is missing",
+                    run_id=run_id,
+                )
+            bodies = tuple(found[number][0] for number in numbers)  # type: ignore[index]
+            lines = sum(chunk.count(b"\n") for chunk in bodies)
+            view = check_view(
+                View(head, etag, bodies, lines, pending[1] if pending else None), run_id
+            )
+        self._remember(run_id, view)
+        return view
 
-    def _body_at(self, run_id: str, key: str, token: str) -> bytes:
-        """The journal's bytes at `token`, from the cache or a fresh read."""
-        with self._mutex:
-            cached = self._bodies.get(run_id)
-        if cached is not None and _same_etag(cached[0], token):
-            return cached[1]
+    def _get(self, run_id: str, key: str) -> tuple[bytes, str] | None:
+        """The object at `key` and its ETag, or None when there is none."""
         try:
-            data, etag = self._get(run_id, key)
-        except RunNotFoundError as exc:
-            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from exc
-        if not _same_etag(etag, token):
-            raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
-        return data
+            with self._boundary("read", run_id, key):
+                response = self._client.get_object(Bucket=self.bucket, Key=key)
+                data = response["Body"].read()
+        except RunNotFoundError:  # NoSuchKey
+            return None
+        return data, response["ETag"]
 
-    def _remember(self, run_id: str, etag: str, body: bytes) -> None:
+    def _put(self, action: str, run_id: str, key: str, body: bytes, *, if_match: str | None) -> str:
+        """PUT `body` at `key` if it is still at ETag `if_match` (None: if it does not exist);
+        return the new ETag. A precondition that fails is a `ConflictError`."""
+        try:
+            with self._boundary(action, run_id, key):
+                if if_match is None:
+                    response = self._client.put_object(
+                        Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*"
+                    )
+                else:
+                    response = self._client.put_object(
+                        Bucket=self.bucket, Key=key, Body=body, IfMatch=if_match
+                    )
+        except RunNotFoundError as exc:  # If-Match on a head that is gone
+            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from exc
+        return response["ETag"]
+
+    def _get_all(self, run_id: str, keys: list[str]) -> list[tuple[bytes, str] | None]:
+        """`_get` of each key, several at a time: a long run's chunks are read in one wait."""
+        if len(keys) <= 1:
+            return [self._get(run_id, key) for key in keys]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(_PARALLEL_GETS, len(keys))) as pool:
+            return list(pool.map(lambda key: self._get(run_id, key), keys))
+
+    def _view_at(self, run_id: str, token: str) -> View:
+        """The journal at `token`, from the cache or a fresh read; `ConflictError` if it moved."""
         with self._mutex:
-            self._bodies[run_id] = (etag, body)
-            self._bodies.move_to_end(run_id)
-            while len(self._bodies) > _CACHED_RUNS:
-                self._bodies.popitem(last=False)
+            cached = self._views.get(run_id)
+        if cached is not None and _same_token(cached.token, token):
+            return cached
+        view = self._load(run_id)
+        if view is None:
+            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id)
+        if not _same_token(view.token, token):
+            raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
+        return view
+
+    def _remember(self, run_id: str, view: View) -> None:
+        with self._mutex:
+            self._views[run_id] = view
+            self._views.move_to_end(run_id)
+            while len(self._views) > _CACHED_RUNS:
+                self._views.popitem(last=False)
 
     @contextlib.contextmanager
     def _boundary(self, action: str, run_id: str | None, key: str) -> Iterator[None]:
@@ -320,7 +383,7 @@ def _validate_object_name(name: object) -> str:
     """A relative key under a run's prefix that cannot escape it or stand for its journal."""
     if not isinstance(name, str):
         raise InvalidArgumentError(f"invalid object name {name!r}: not a string")
-    if name == _JOURNAL:
+    if name == HEAD or name.startswith(CHUNKS):
         raise InvalidArgumentError(
             f"invalid object name {name!r}: that is the run's journal, written only by append"
         )
@@ -347,13 +410,12 @@ def _is_run_id(name: str) -> bool:
     return True
 
 
-def _same_etag(first: str, second: str) -> bool:
-    return first.strip('"') == second.strip('"')
-
-
-def _complete_lines(data: bytes) -> bytes:
-    """A torn final line left by a crashed writer is not content: an append replaces it."""
-    return data[: data.rfind(b"\n") + 1]
+def _same_token(first: str, second: str) -> bool:
+    """Tokens are ETags (two, joined by '|', while a head lags its newest chunk); ETags compare
+    without their quotes."""
+    return [etag.strip('"') for etag in first.split("|")] == [
+        etag.strip('"') for etag in second.split("|")
+    ]
 
 
 def _from_url(url: str) -> S3Storage:

@@ -1,0 +1,242 @@
+"""The chunked journal: how `S3Storage` lays a run's journal out over objects so that N appends
+upload O(N) bytes while each append stays one conditional PUT.
+
+A run is a *head* object, `journal.jsonl`, and immutable *chunk* objects,
+`journal/NNNNNNNN.jsonl`, numbered from 1. A short run is only a head holding the whole journal
+as plain JSONL, exactly the single-object layout kassette and upstream have always written.
+Once a head would hold `SHORT_LINES` entries (or `SHORT_BYTES`), it is rewritten with a header
+line first (`{"kassette-journal":1,"sealed":S,"first":O,"tail":K,"fanout":F}`) and from then on
+holds only a *tail* of at most K entries; everything before it is in chunks 1..S.
+
+Every append is one PUT, and that PUT is the append's compare-and-swap:
+
+- the head's tail is not full (fewer than K lines): PUT the head, tail plus the new lines,
+  `If-Match` the head's ETag;
+- the tail is full: *seal* it: create chunk S+1, the tail plus the new lines, `If-None-Match: *`.
+  The head is not touched, so it now lags: chunk S+1 exists although the head says S;
+- chunk S+1 exists: PUT the head with `sealed` S+1 and the new lines as its whole tail,
+  `If-Match` the head's ETag.
+
+Which of the three applies is a function of the head's bytes (and of whether chunk S+1
+exists), the same for every writer, so two writers holding the same state always race on the
+same object and exactly one wins. A full head leads to one chunk only: no writer rewrites a full
+head. Every `F`-th chunk also holds the `F - 1` small chunks before it, which it replaces for
+readers: a run of S chunks reads `S // F + S % F` of them. Small chunks so replaced are left in
+place (a reader never asks for them).
+
+A reader GETs the head; a head without a header is the whole journal (one GET). A head with a
+header names its live chunks; when its tail is full the reader also asks for chunk S+1. Costs
+per append and per open, and why this shape: docs/object-storage-design.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kassette.errors import JournalCorruptionError
+
+__all__ = [
+    "HEAD",
+    "Head",
+    "View",
+    "Write",
+    "chunk_name",
+    "live_chunks",
+    "parse_head",
+    "plan_append",
+]
+
+HEAD = "journal.jsonl"
+CHUNKS = "journal/"
+FORMAT = 1
+TAIL_ENTRIES = 2
+"""A header'd head's tail is full at this many lines; the next append seals it into a chunk."""
+FANOUT = 16
+"""Every FANOUT-th chunk also holds the FANOUT - 1 chunks before it."""
+SHORT_LINES = 16
+SHORT_BYTES = 64 * 1024
+"""A head without a header stays one plain JSONL object while below both."""
+
+_MARK = b'{"kassette-journal":'
+
+
+def chunk_name(number: int) -> str:
+    """The object name of chunk `number` (from 1), relative to the run's prefix."""
+    return f"{CHUNKS}{number:08d}.jsonl"
+
+
+def live_chunks(sealed: int, fanout: int) -> list[int]:
+    """The chunks that hold a journal of `sealed` chunks, oldest first."""
+    merged = sealed // fanout * fanout
+    return [*range(fanout, merged + 1, fanout), *range(merged + 1, sealed + 1)]
+
+
+@dataclass(frozen=True)
+class Head:
+    """The head object, parsed. `chunked` is False for a plain journal (the legacy layout)."""
+
+    tail: bytes
+    chunked: bool = False
+    sealed: int = 0
+    first: int = 0
+    tail_entries: int = TAIL_ENTRIES
+    fanout: int = FANOUT
+
+    @property
+    def full(self) -> bool:
+        """Whether the next append seals the tail into chunk `sealed + 1`."""
+        return self.chunked and self.tail.count(b"\n") >= self.tail_entries
+
+    def encode(self) -> bytes:
+        if not self.chunked:
+            return self.tail
+        header = {
+            "kassette-journal": FORMAT,
+            "sealed": self.sealed,
+            "first": self.first,
+            "tail": self.tail_entries,
+            "fanout": self.fanout,
+        }
+        return json.dumps(header, separators=(",", ":")).encode() + b"\n" + self.tail
+
+
+def parse_head(body: bytes, run_id: str) -> Head:
+    """The head object's bytes as a `Head`; a body without a header is a plain journal."""
+    if not body.startswith(_MARK):
+        return Head(body)
+    line, _, tail = body.partition(b"\n")
+    try:
+        header = json.loads(line)
+    except ValueError:
+        header = None
+    fields = ("sealed", "first", "tail", "fanout")
+    if (
+        not isinstance(header, dict)
+        or header.get("kassette-journal") != FORMAT
+        or not all(type(header.get(name)) is int and header[name] >= 0 for name in fields)
+        or header["tail"] < 1
+        or header["fanout"] < 2
+    ):
+        raise JournalCorruptionError(
+            f"run {run_id}: the journal's head has a header this kassette cannot read "
+            f"({line[:120]!r}); a newer kassette may have written it",
+            run_id=run_id,
+        )
+    return Head(tail, True, header["sealed"], header["first"], header["tail"], header["fanout"])
+
+
+@dataclass(frozen=True)
+class View:
+    """A run's journal as read or last written: the head, and the live chunks' bodies.
+
+    `pending` is the ETag of chunk `head.sealed + 1` when that chunk exists (a sealed tail the
+    head has not caught up with); `chunks` then ends with it.
+    """
+
+    head: Head
+    head_etag: str
+    chunks: tuple[bytes, ...] = ()
+    chunk_lines: int = 0
+    pending: str | None = None
+
+    @property
+    def token(self) -> str:
+        return self.head_etag if self.pending is None else f"{self.head_etag}|{self.pending}"
+
+    @property
+    def data(self) -> bytes:
+        """The journal's bytes: the live chunks, then the tail unless a pending chunk holds it."""
+        if not self.chunks:
+            return self.head.tail
+        tail = b"" if self.pending is not None else self.head.tail
+        return b"".join((*self.chunks, tail))
+
+
+def check_view(view: View, run_id: str) -> View:
+    """`view` if its chunks hold the entries its head says they do, else corruption."""
+    head = view.head
+    expected = head.first if view.pending is None else head.first + head.tail.count(b"\n")
+    if view.chunk_lines < expected or (view.pending is None and view.chunk_lines != expected):
+        raise JournalCorruptionError(
+            f"run {run_id}: the journal's chunks hold {view.chunk_lines} entries, its head "
+            f"says {expected}",
+            run_id=run_id,
+            offset=min(view.chunk_lines, expected),
+        )
+    return view
+
+
+@dataclass(frozen=True)
+class Write:
+    """One conditional PUT that appends: `name` gets `body` if it is still at `if_match` (an
+    ETag), or, when `if_match` is None, if it does not exist yet."""
+
+    name: str
+    body: bytes
+    if_match: str | None
+    head: Head | None  # the head this PUT writes; None when it seals a chunk
+    chunks: tuple[bytes, ...]
+    chunk_lines: int
+
+    def view(self, etag: str, before: View | None) -> View:
+        """The journal once this PUT succeeded with `etag`."""
+        if self.head is not None:
+            return View(self.head, etag, self.chunks, self.chunk_lines)
+        assert before is not None  # a seal follows a head
+        return View(before.head, before.head_etag, self.chunks, self.chunk_lines, etag)
+
+
+def plan_append(
+    view: View | None,
+    data: bytes,
+    *,
+    short_lines: int = SHORT_LINES,
+    short_bytes: int = SHORT_BYTES,
+) -> Write:
+    """The one PUT that appends `data` (whole lines) to the journal `view`, or creates it."""
+    if view is None:
+        return _head_write(Head(data), None, (), 0, short_lines, short_bytes)
+    head = view.head
+    if not head.chunked:  # a torn final line left by a crashed writer is not content
+        tail = head.tail[: head.tail.rfind(b"\n") + 1] + data
+        return _head_write(Head(tail), view.head_etag, (), 0, short_lines, short_bytes)
+    if view.pending is not None:
+        caught_up = Head(data, True, head.sealed + 1, view.chunk_lines, *_rules(head))
+        return Write(HEAD, caught_up.encode(), view.head_etag, caught_up, *_chunks(view))
+    if not head.full:
+        grown = Head(head.tail + data, True, head.sealed, head.first, *_rules(head))
+        return Write(HEAD, grown.encode(), view.head_etag, grown, *_chunks(view))
+    number = head.sealed + 1
+    chunks, lines = view.chunks, view.chunk_lines
+    if number % head.fanout == 0:  # this chunk replaces the small ones since the last such
+        small = number - 1 - (number - 1) // head.fanout * head.fanout
+        merged = chunks[len(chunks) - small :]
+        chunks = chunks[: len(chunks) - small]
+        lines -= sum(body.count(b"\n") for body in merged)
+        body = b"".join((*merged, head.tail, data))
+    else:
+        body = head.tail + data
+    return Write(chunk_name(number), body, None, None, (*chunks, body), lines + body.count(b"\n"))
+
+
+def _head_write(
+    head: Head,
+    etag: str | None,
+    chunks: tuple[bytes, ...],
+    lines: int,
+    short_lines: int,
+    short_bytes: int,
+) -> Write:
+    """A plain head while it is short; past that, the same lines as a chunked head's tail."""
+    if head.tail.count(b"\n") >= short_lines or len(head.tail) >= short_bytes:
+        head = Head(head.tail, True)
+    return Write(HEAD, head.encode(), etag, head, chunks, lines)
+
+
+def _rules(head: Head) -> tuple[int, int]:
+    return head.tail_entries, head.fanout
+
+
+def _chunks(view: View) -> tuple[tuple[bytes, ...], int]:
+    return view.chunks, view.chunk_lines
