@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 
 from kassette.core import open_run
 from kassette.storage import Storage
+from kassette.storage.chunks import Policy
 from kassette.storage.local import LocalStorage
 from kassette.storage.s3 import S3Storage
 
@@ -134,8 +135,7 @@ class _CountingLocal(LocalStorage):
 class _SingleObject(S3Storage):
     """S3Storage as it was before chunks: the head never stops being the whole journal."""
 
-    _short_lines = sys.maxsize
-    _short_bytes = sys.maxsize
+    _policy = Policy(short_lines=sys.maxsize, short_bytes=sys.maxsize)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from kassette.errors import JournalCorruptionError
 __all__ = [
     "HEAD",
     "Head",
+    "Policy",
     "View",
     "Write",
     "chunk_name",
@@ -187,20 +188,24 @@ class Write:
         return View(before.head, before.head_etag, self.chunks, self.chunk_lines, etag)
 
 
-def plan_append(
-    view: View | None,
-    data: bytes,
-    *,
-    short_lines: int = SHORT_LINES,
-    short_bytes: int = SHORT_BYTES,
-) -> Write:
+@dataclass(frozen=True)
+class Policy:
+    """When a plain head becomes a chunked one, and the rules it then gets. Only new heads
+    take these: a chunked head's header carries its own rules, which every writer follows."""
+
+    short_lines: int = SHORT_LINES
+    short_bytes: int = SHORT_BYTES
+    tail_entries: int = TAIL_ENTRIES
+    fanout: int = FANOUT
+
+
+def plan_append(view: View | None, data: bytes, policy: Policy = Policy()) -> Write:
     """The one PUT that appends `data` (whole lines) to the journal `view`, or creates it."""
     if view is None:
-        return _head_write(Head(data), None, (), 0, short_lines, short_bytes)
+        return _head_write(data, None, policy)
     head = view.head
     if not head.chunked:  # a torn final line left by a crashed writer is not content
-        tail = head.tail[: head.tail.rfind(b"\n") + 1] + data
-        return _head_write(Head(tail), view.head_etag, (), 0, short_lines, short_bytes)
+        return _head_write(head.tail[: head.tail.rfind(b"\n") + 1] + data, view.head_etag, policy)
     if view.pending is not None:
         caught_up = Head(data, True, head.sealed + 1, view.chunk_lines, *_rules(head))
         return Write(HEAD, caught_up.encode(), view.head_etag, caught_up, *_chunks(view))
@@ -220,18 +225,12 @@ def plan_append(
     return Write(chunk_name(number), body, None, None, (*chunks, body), lines + body.count(b"\n"))
 
 
-def _head_write(
-    head: Head,
-    etag: str | None,
-    chunks: tuple[bytes, ...],
-    lines: int,
-    short_lines: int,
-    short_bytes: int,
-) -> Write:
+def _head_write(lines: bytes, etag: str | None, policy: Policy) -> Write:
     """A plain head while it is short; past that, the same lines as a chunked head's tail."""
-    if head.tail.count(b"\n") >= short_lines or len(head.tail) >= short_bytes:
-        head = Head(head.tail, True)
-    return Write(HEAD, head.encode(), etag, head, chunks, lines)
+    head = Head(lines)
+    if lines.count(b"\n") >= policy.short_lines or len(lines) >= policy.short_bytes:
+        head = Head(lines, True, tail_entries=policy.tail_entries, fanout=policy.fanout)
+    return Write(HEAD, head.encode(), etag, head, (), 0)
 
 
 def _rules(head: Head) -> tuple[int, int]:

@@ -41,8 +41,7 @@ from kassette.storage import Snapshot, validate_run_id
 from kassette.storage.chunks import (
     CHUNKS,
     HEAD,
-    SHORT_BYTES,
-    SHORT_LINES,
+    Policy,
     View,
     check_view,
     chunk_name,
@@ -78,10 +77,9 @@ _REFUSED_CODES = frozenset(
 class S3Storage:
     """Journals in `bucket` under `prefix`; `client` defaults to `boto3.client("s3")`."""
 
-    # when a head stops being a whole journal; the benchmark sets them past any run to
-    # measure the single-object layout
-    _short_lines = SHORT_LINES
-    _short_bytes = SHORT_BYTES
+    # when a head stops being the whole journal, and a new chunked head's rules: the
+    # benchmark sets short_lines past any run to measure the single-object layout
+    _policy = Policy()
 
     def __init__(self, bucket: str, prefix: str = "", client: S3Client | None = None) -> None:
         self.bucket = _validate_bucket(bucket)
@@ -115,9 +113,7 @@ class S3Storage:
 
     def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
         view = None if token is None else self._view_at(run_id, token)
-        write = plan_append(
-            view, data, short_lines=self._short_lines, short_bytes=self._short_bytes
-        )
+        write = plan_append(view, data, self._policy)
         key = self._base(run_id) + write.name
         action = "create" if view is None else "append to"
         etag = self._put(action, run_id, key, write.body, if_match=write.if_match)

@@ -1,0 +1,254 @@
+"""The chunked journal layout (kassette/storage/chunks.py) against a model, without a server.
+
+`S3Storage` runs with its two requests (`_get`, `_put`) answered by an in-memory bucket that
+applies `If-Match` / `If-None-Match` as S3 does, so Hypothesis can try thousands of
+interleavings: several writers with their own caches and stale tokens, PUTs whose answer is
+lost after they committed, and PUTs held back and delivered late. After every operation a
+fresh reader must see exactly the lines whose appends were acknowledged or that landed, in
+order; every PUT replayed late must be refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kassette.errors import ConflictError, JournalCorruptionError, StorageError
+from kassette.journal import Journal, encode
+from kassette.storage.chunks import (
+    HEAD,
+    Head,
+    Policy,
+    chunk_name,
+    live_chunks,
+    parse_head,
+    plan_append,
+)
+from kassette.storage.s3 import S3Storage
+
+SMALL = Policy(short_lines=3, short_bytes=10_000, tail_entries=2, fanout=3)
+
+
+@dataclass
+class Bucket:
+    """Objects with S3's conditional PUT; `lose_next` commits a PUT, then fails its answer;
+    `hold_next` keeps a PUT back (it fails to the writer) for `deliver` to apply later."""
+
+    objects: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    puts: list[tuple[str, bytes, str | None]] = field(default_factory=list)
+    held: list[tuple[str, bytes, str | None]] = field(default_factory=list)
+    lose_next: bool = False
+    hold_next: bool = False
+    gets: int = 0
+
+    def put(self, key: str, body: bytes, if_match: str | None) -> str:
+        current = self.objects.get(key)
+        if if_match is None and current is not None:
+            raise ConflictError("exists (412)")
+        if if_match is not None and (current is None or current[1] != if_match):
+            raise ConflictError("moved (412)")
+        etag = f'"{hashlib.md5(body).hexdigest()}"'  # as S3's ETag for one PUT
+        self.objects[key] = (body, etag)
+        return etag
+
+
+class ModelS3(S3Storage):
+    """S3Storage whose requests go to a `Bucket` in memory."""
+
+    def __init__(self, bucket: Bucket, policy: Policy = SMALL) -> None:
+        self.bucket, self.prefix = "model", ""
+        self._views = OrderedDict()
+        self._mutex = threading.Lock()
+        self._policy = policy
+        self.store = bucket
+
+    def _get(self, run_id: str, key: str) -> tuple[bytes, str] | None:
+        self.store.gets += 1
+        return self.store.objects.get(key)
+
+    def _put(self, action: str, run_id: str, key: str, body: bytes, *, if_match: str | None) -> str:
+        self.store.puts.append((key, body, if_match))
+        if self.store.hold_next:
+            self.store.hold_next = False
+            self.store.held.append((key, body, if_match))
+            raise StorageError("held back: the writer timed out")
+        etag = self.store.put(key, body, if_match)
+        if self.store.lose_next:
+            self.store.lose_next = False
+            raise StorageError("the answer was lost")
+        return etag
+
+
+def lines(first: int, count: int) -> list[bytes]:
+    return [b'{"n":%d}\n' % number for number in range(first, first + count)]
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "fresh", "fresh", "fresh", "read", "lose", "hold", "deliver"]),
+        st.integers(0, 2),  # which writer
+        st.integers(1, 3),  # lines in the append
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations, st.sampled_from([SMALL, Policy(2, 10_000, 1, 2), Policy(5, 10_000, 3, 4)]))
+def test_any_interleaving_keeps_exactly_the_landed_lines_in_order(
+    steps: list[tuple[str, int, int]], policy: Policy
+) -> None:
+    bucket = Bucket()
+    writers = [ModelS3(bucket, policy) for _ in range(3)]
+    tokens: list[str | None] = [None, None, None]
+    truth: list[bytes] = []
+    pending: list[tuple[list[bytes], int]] = []  # held PUTs: their lines, and the truth then
+    counter = 0
+    for action, number, count in steps:
+        writer = writers[number]
+        if action == "read":
+            snapshot = writer.read("r")
+            tokens[number] = snapshot.token if snapshot else None
+        elif action == "deliver":
+            deliver(bucket, pending, truth)
+        else:
+            if action == "fresh":  # what the core does after a conflict: read, then append
+                snapshot = writer.read("r")
+                tokens[number] = snapshot.token if snapshot else None
+            new = lines(counter, count)
+            counter += count
+            bucket.lose_next = action == "lose"
+            bucket.hold_next = action == "hold"
+            try:
+                tokens[number] = writer.append("r", b"".join(new), token=tokens[number])
+            except ConflictError:
+                event("conflict")
+            except StorageError:
+                if action == "lose":
+                    truth.extend(new)  # it committed
+                else:
+                    pending.append((new, len(truth)))
+            else:
+                truth.extend(new)
+            bucket.lose_next = bucket.hold_next = False
+        check(bucket, policy, truth)
+    while bucket.held:
+        deliver(bucket, pending, truth)
+        check(bucket, policy, truth)
+    for key, body, if_match in bucket.puts:  # every PUT, delivered once more, is refused
+        with pytest.raises(ConflictError):
+            bucket.put(key, body, if_match)
+
+
+def deliver(bucket: Bucket, pending: list[tuple[list[bytes], int]], truth: list[bytes]) -> None:
+    """Deliver the oldest held PUT; it may land only on the journal it was planned for."""
+    if not bucket.held:
+        return
+    key, body, if_match = bucket.held.pop(0)
+    added, length = pending.pop(0)
+    try:
+        bucket.put(key, body, if_match)
+    except ConflictError:
+        event("a late PUT was refused")
+        return
+    assert len(truth) == length, "a late PUT landed on a journal that had moved"
+    event("a late PUT landed")
+    truth.extend(added)
+
+
+def check(bucket: Bucket, policy: Policy, truth: list[bytes]) -> None:
+    """A fresh reader sees exactly `truth`."""
+    snapshot = ModelS3(bucket, policy).read("r")
+    assert (snapshot.data if snapshot else b"") == b"".join(truth)
+    head = (
+        parse_head(bucket.objects["r/" + HEAD][0], "r") if "r/" + HEAD in bucket.objects else None
+    )
+    if head is not None and head.chunked:
+        event("chunked")
+        if head.sealed >= head.fanout:
+            event("merged")
+
+
+def test_live_chunks_replace_every_fanout_small_chunks_by_one() -> None:
+    assert live_chunks(0, 16) == []
+    assert live_chunks(3, 16) == [1, 2, 3]
+    assert live_chunks(16, 16) == [16]
+    assert live_chunks(35, 16) == [16, 32, 33, 34, 35]
+    assert all(len(live_chunks(s, 16)) == s // 16 + s % 16 for s in range(200))
+
+
+def test_a_short_run_is_one_plain_object_and_one_get() -> None:
+    bucket = Bucket()
+    storage = ModelS3(bucket, Policy())
+    token = None
+    for number in range(15):
+        token = storage.append("r", encode({"n": number}), token=token)
+    assert list(bucket.objects) == ["r/" + HEAD]
+    assert not parse_head(bucket.objects["r/" + HEAD][0], "r").chunked
+    bucket.gets = 0
+    assert ModelS3(bucket, Policy()).read("r") is not None
+    assert bucket.gets == 1
+
+
+def test_a_long_run_uploads_a_few_times_its_size_with_one_put_per_append() -> None:
+    bucket = Bucket()
+    storage = ModelS3(bucket, Policy())
+    token, journal = None, b""
+    for number in range(1000):
+        line = encode({"n": number, "result": "x" * 200})
+        token = storage.append("r", line, token=token)
+        journal += line
+    sent = sum(len(body) for _, body, _ in bucket.puts)
+    assert len(bucket.puts) == 1000
+    assert sent <= 4 * len(journal)
+    bucket.gets = 0
+    snapshot = ModelS3(bucket, Policy()).read("r")
+    assert snapshot is not None and snapshot.data == journal
+    head = parse_head(bucket.objects["r/" + HEAD][0], "r")
+    assert bucket.gets == 1 + len(live_chunks(head.sealed, head.fanout)) + head.full
+
+
+def test_a_head_that_lags_its_sealed_chunk_is_read_through_it() -> None:
+    bucket = Bucket()
+    storage = ModelS3(bucket)
+    token = storage.append("r", b"".join(lines(0, 3)), token=None)  # a chunked head at once
+    assert parse_head(bucket.objects["r/" + HEAD][0], "r").full
+    token = storage.append("r", b"".join(lines(3, 1)), token=token)  # seals chunk 1
+    assert "|" in token and "r/" + chunk_name(1) in bucket.objects
+    snapshot = ModelS3(bucket).read("r")
+    assert snapshot is not None and snapshot.token == token
+    assert snapshot.data == b"".join(lines(0, 4))
+
+
+def test_a_missing_chunk_or_an_unknown_header_is_corruption() -> None:
+    bucket = Bucket()
+    storage = ModelS3(bucket)
+    token = None
+    for number in range(12):
+        token = storage.append("r", b"".join(lines(number, 1)), token=token)
+    head = parse_head(bucket.objects["r/" + HEAD][0], "r")
+    last = live_chunks(head.sealed, head.fanout)[-1]
+    del bucket.objects["r/" + chunk_name(last)]
+    with pytest.raises(JournalCorruptionError, match=f"chunk {chunk_name(last)}"):
+        ModelS3(bucket).read("r")
+    bucket.objects["r/" + HEAD] = (b'{"kassette-journal":2,"sealed":0}\n', '"x"')
+    with pytest.raises(JournalCorruptionError, match="newer kassette"):
+        ModelS3(bucket).read("r")
+
+
+def test_a_reader_that_knows_only_the_single_object_layout_refuses_a_chunked_head() -> None:
+    head = Head(encode({"type": "start", "session": 1, "offset": 7}), True, 2, 7)
+    with pytest.raises(JournalCorruptionError):
+        Journal.parse(head.encode(), "r")  # what kassette before chunks does with it
+
+
+def test_a_legacy_head_with_a_torn_line_is_cut_before_the_append() -> None:
+    view = plan_append(None, b'{"a":1}\n{"b"').view('"e"', None)
+    write = plan_append(view, b'{"c":3}\n')
+    assert write.body == b'{"a":1}\n{"c":3}\n'
