@@ -1,0 +1,384 @@
+"""The chunked journal layout of S3Storage against moto's server (conftest.py) and the fault
+proxy (s3_proxy.py): bytes and requests per append and per open, journals written in the
+single-object layout (kassette's before chunks, and upstream's) read, resumed and forked,
+faults on the PUTs that seal a chunk or catch the head up, and racing writers.
+
+`Chunky` seals a chunk every other append and merges every second chunk, so a five-step
+workflow already goes through every kind of PUT; the default policy is used where the
+figures matter.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3_proxy import Fault, FaultProxy
+from s3_server import make_client
+
+from kassette import FencedError, KassetteError, TerminalRunError, kassette
+from kassette.core import fork_run, open_run, read_journal, run_status
+from kassette.errors import ConflictError, InvalidArgumentError, JournalCorruptionError
+from kassette.journal import Journal, encode
+from kassette.storage.chunks import HEAD, Policy, chunk_name, live_chunks, parse_head
+from kassette.storage.s3 import S3Storage
+from kassette.testing import StorageConformance
+
+TIMEOUT = 120
+UPSTREAM = Path(__file__).resolve().parents[1] / "explore" / "fixtures" / "upstream"
+
+
+class Chunky(S3Storage):
+    _policy = Policy(short_lines=2, tail_entries=1, fanout=2)
+
+
+class TestChunkyS3Storage(StorageConformance):
+    exclusive_locks = False
+
+    @pytest.fixture
+    def storage(self, bucket: str, s3_client: Any) -> S3Storage:
+        return Chunky(bucket, "conformance", client=s3_client)
+
+
+def pipeline(ctx: Any, input: Any) -> dict[str, Any]:
+    previous = None
+    for name in ["fetch", "parse", "plan", "build", "ship"]:
+        previous = ctx.step(name, lambda name=name, previous=previous: f"{name}<{previous}")
+    return {"last": previous}
+
+
+EXPECTED = {"last": "ship<build<plan<parse<fetch<None"}
+
+
+def counted(calls: dict[str, int]) -> Any:
+    def workflow(ctx: Any, input: Any) -> dict[str, Any]:
+        previous = None
+        for name in ["fetch", "parse", "plan", "build", "ship"]:
+
+            def step(name: str = name, previous: Any = previous) -> str:
+                calls[name] = calls.get(name, 0) + 1
+                return f"{name}<{previous}"
+
+            previous = ctx.step(name, step)
+        return {"last": previous}
+
+    return workflow
+
+
+def assert_sound(journal: Journal) -> None:
+    entries = journal.entries
+    assert [e["offset"] for e in entries] == list(range(len(entries)))
+    assert [e["session"] for e in entries] == sorted(e["session"] for e in entries)
+    step_ids = [e["stepId"] for e in entries if e["type"] == "step"]
+    assert len(step_ids) == len(set(step_ids))
+
+
+def keys(client: Any, bucket: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+def count_uploads(client: Any) -> list[int]:
+    """Bytes of every PutObject body the client sends, as they are sent."""
+    sizes: list[int] = []
+    client.meta.events.register(
+        "before-send.s3.PutObject",
+        lambda request, **_: sizes.append(int(request.headers.get("Content-Length", 0))),
+    )
+    return sizes
+
+
+# -- what an append and an open cost ----------------------------------------------------------
+
+
+def test_a_long_run_uploads_at_most_four_times_its_journal_one_put_per_append(
+    s3_endpoint: str, bucket: str
+) -> None:
+    client = make_client(s3_endpoint)
+    uploads = count_uploads(client)
+    storage = S3Storage(bucket, "runs", client=client)
+    result = "x" * 200
+    with open_run(storage, "long", metadata=None) as run:
+        for number in range(300):
+            run.record(f"step-{number}", lambda: result)
+        run.complete(None)
+    snapshot = storage.read("long")
+    assert snapshot is not None
+    journal = Journal.parse(snapshot.data, "long")
+    assert len(journal.entries) == 302 and len(uploads) == 302  # start, 300 steps, complete
+    assert sum(uploads) <= 4 * len(snapshot.data)
+    head = parse_head(client.get_object(Bucket=bucket, Key=f"runs/long/{HEAD}")["Body"].read(), "")
+    assert head.chunked and head.sealed > head.fanout  # merged chunks too
+    client.close()
+
+
+def test_opening_a_run_reads_its_head_then_its_live_chunks(
+    bucket: str, fault_proxy: FaultProxy, proxied_client: Any, s3_client: Any
+) -> None:
+    storage = S3Storage(bucket, client=s3_client)
+    token = None
+    for number in range(120):
+        token = storage.append("r1", encode({"n": number}), token=token)
+    head = parse_head(s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")["Body"].read(), "")
+    snapshot = S3Storage(bucket, client=proxied_client).read("r1")
+    assert snapshot is not None and snapshot.token == token
+    assert snapshot.data == b"".join(encode({"n": number}) for number in range(120))
+    gets = [e.path for e in fault_proxy.exchanges if e.method == "GET"]
+    assert gets[0] == f"/{bucket}/r1/{HEAD}"
+    expected = live_chunks(head.sealed, head.fanout) + ([head.sealed + 1] if head.full else [])
+    assert sorted(gets[1:]) == sorted(f"/{bucket}/r1/{chunk_name(n)}" for n in expected)
+    assert len(expected) < 120 // 16  # not a GET per entry
+
+
+def test_a_short_workflow_is_one_plain_object_read_in_one_get(
+    bucket: str, fault_proxy: FaultProxy, proxied_client: Any, s3_client: Any
+) -> None:
+    storage = S3Storage(bucket, client=proxied_client)
+    assert kassette(pipeline, storage=storage).start(run_id="r1").result == EXPECTED
+    assert keys(s3_client, bucket) == [f"r1/{HEAD}"]
+    body = s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")["Body"].read()
+    assert len(Journal.parse(body, "r1").entries) == 7  # plain JSONL, as before chunks
+    fault_proxy.clear()
+    assert S3Storage(bucket, client=proxied_client).read("r1") is not None
+    assert [e.method for e in fault_proxy.exchanges] == ["GET"]
+
+
+# -- journals in the single-object layout ---------------------------------------------------
+
+
+def upstream_lines(steps: int) -> bytes:
+    """An open upstream-style run: no milliseconds, no durationMs, a torn final line."""
+    lines = [
+        {
+            "type": "start",
+            "session": 1,
+            "offset": 0,
+            "timestamp": "2026-05-08T14:21:03Z",
+            "metadata": {"topic": "long"},
+        }
+    ]
+    for number in range(steps):
+        lines.append(
+            {
+                "type": "step",
+                "session": 1,
+                "offset": number + 1,
+                "timestamp": "2026-05-08T14:21:09Z",
+                "stepId": "s" if number == 0 else f"s#{number + 1}",
+                "name": "s",
+                "result": number,
+            }
+        )
+    return b"".join(encode(line) for line in lines) + b'{"type":"st'
+
+
+def test_a_long_single_object_journal_is_read_resumed_and_forked(
+    s3_client: Any, bucket: str
+) -> None:
+    body = upstream_lines(40)
+    s3_client.put_object(Bucket=bucket, Key=f"runs/old/{HEAD}", Body=body)
+    storage = S3Storage(bucket, "runs", client=s3_client)
+    journal = read_journal(storage, "old")
+    assert len(journal.entries) == 41 and journal.status().status == "running"
+
+    def resume(ctx: Any, input: Any) -> int:
+        total = sum(ctx.step("s", lambda: -1) for _ in range(40))  # replayed
+        return total + sum(ctx.step("more", lambda number=n: number) for n in range(10))
+
+    result = kassette(resume, storage=storage).start(run_id="old")
+    assert result.status == "success" and result.result == sum(range(40)) + sum(range(10))
+    resumed = read_journal(storage, "old")
+    assert_sound(resumed)
+    assert len(resumed.entries) == 41 + 1 + 10 + 1
+    head = parse_head(
+        s3_client.get_object(Bucket=bucket, Key=f"runs/old/{HEAD}")["Body"].read(), ""
+    )
+    assert head.chunked  # the run continued in the chunked layout
+
+    fork_run(storage, "old", step="s#21", new_run_id="branch")
+    forked = kassette(resume, storage=storage).start(run_id="branch")
+    assert forked.status == "success"
+    journal = read_journal(storage, "branch")
+    assert_sound(journal)
+    assert journal.status().source == {"runId": "old", "fromOffset": 21}
+    assert [e["type"] for e in journal.entries].count("start") == 3  # copied, fork, resume
+
+
+@pytest.mark.parametrize("name", ["INC-4821.jsonl", "TKT-7.jsonl", "INC-4821-gentle.jsonl"])
+def test_upstream_journals_read_the_same_from_a_bucket(
+    name: str, s3_client: Any, bucket: str, tmp_path: Path
+) -> None:
+    body = (UPSTREAM / name).read_bytes()
+    s3_client.put_object(Bucket=bucket, Key=f"up/{HEAD}", Body=body)
+    journal = read_journal(S3Storage(bucket, client=s3_client), "up")
+    assert journal.entries == Journal.parse(body, "up").entries
+    new = fork_run(S3Storage(bucket, client=s3_client), "up", offset=1, new_run_id="up-2")
+    assert (
+        read_journal(S3Storage(bucket, client=s3_client), new).entries[:1] == (journal.entries[:1])
+    )
+
+
+def test_a_reader_before_chunks_refuses_a_chunked_head_loudly(s3_client: Any, bucket: str) -> None:
+    storage = Chunky(bucket, client=s3_client)
+    kassette(pipeline, storage=storage).start(run_id="r1")
+    head = s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")["Body"].read()
+    with pytest.raises(JournalCorruptionError):
+        Journal.parse(head, "r1")  # what kassette before chunks reads at that key
+
+
+# -- faults on the PUTs of the chunked layout ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/r1/journal/00000002.jsonl", "/r1/journal/00000003.jsonl", f"/r1/{HEAD}"]
+)
+@pytest.mark.parametrize("action", ["drop", "error"])
+def test_a_lost_or_refused_put_of_a_chunk_or_head_is_resolved_once(
+    path: str,
+    action: str,
+    bucket: str,
+    fault_proxy: FaultProxy,
+    proxied_client: Any,
+    s3_client: Any,
+) -> None:
+    """Chunk 2 merges chunk 1, chunk 3 is a small one; the head's 3rd PUT catches up after a
+    seal."""
+    nth = 3 if path.endswith(HEAD) else 1
+    fault = fault_proxy.inject(Fault(action, method="PUT", path_contains=path, nth=nth, times=2))
+    calls: dict[str, int] = {}
+    workflow = kassette(counted(calls), storage=Chunky(bucket, client=proxied_client))
+    result = workflow.start(run_id="r1")
+    assert fault.fired >= 1
+    assert result.status == "success" and result.result == EXPECTED
+    assert calls == dict.fromkeys(["fetch", "parse", "plan", "build", "ship"], 1)
+    journal = read_journal(S3Storage(bucket, client=s3_client), "r1")
+    assert_sound(journal)
+    assert [e["type"] for e in journal.entries] == ["start", *["step"] * 5, "complete"]
+    assert {e["session"] for e in journal.entries} == {1}
+
+
+def test_a_seal_that_arrives_after_the_writer_timed_out_is_refused(
+    bucket: str, fault_proxy: FaultProxy, s3_client: Any
+) -> None:
+    fault = fault_proxy.inject(
+        Fault(
+            "delay",
+            method="PUT",
+            path_contains="/r1/journal/00000002.jsonl",
+            seconds=TIMEOUT,
+            until_overtaken=True,
+        )
+    )
+    calls: dict[str, int] = {}
+    impatient = make_client(fault_proxy.url, read_timeout=1)
+    result = kassette(counted(calls), storage=Chunky(bucket, client=impatient)).start(run_id="r1")
+    assert result.status == "success" and result.result == EXPECTED
+    assert fault.finished.wait(TIMEOUT)
+    late = next(e for e in fault_proxy.exchanges if e.fault == "delay")
+    assert late.status == 412 and not late.delivered
+    journal = read_journal(S3Storage(bucket, client=s3_client), "r1")
+    assert_sound(journal)
+    assert len(journal.entries) == 7 and set(calls.values()) == {1}
+    impatient.close()
+
+
+@pytest.mark.parametrize("appends", [2, 3])  # then the next one seals, or catches the head up
+def test_four_writers_racing_on_one_token_of_a_chunked_run_leave_one_winner(
+    appends: int, s3_endpoint: str, bucket: str
+) -> None:
+    clients = [make_client(s3_endpoint) for _ in range(4)]
+    stores = [Chunky(bucket, client=client) for client in clients]
+    token = None
+    for number in range(appends):
+        token = stores[0].append("r1", encode({"n": number}), token=token)
+    outcomes: dict[int, str] = {}
+    barrier = threading.Barrier(4, timeout=30)
+
+    def writer(number: int) -> None:
+        snapshot = stores[number].read("r1")
+        assert snapshot is not None and snapshot.token == token
+        barrier.wait()
+        try:
+            stores[number].append("r1", encode({"writer": number}), token=snapshot.token)
+        except ConflictError:
+            outcomes[number] = "conflict"
+        else:
+            outcomes[number] = "won"
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=TIMEOUT)
+    assert sorted(outcomes.values()) == ["conflict", "conflict", "conflict", "won"]
+    winner = next(n for n, outcome in outcomes.items() if outcome == "won")
+    snapshot = stores[0].read("r1")
+    assert snapshot is not None
+    assert snapshot.data.splitlines()[-1] == encode({"writer": winner}).rstrip()
+    assert snapshot.data.count(b"\n") == appends + 1
+    for client in clients:
+        client.close()
+
+
+def test_concurrent_invocations_of_a_chunked_run_stay_dense_and_complete(
+    s3_endpoint: str, bucket: str
+) -> None:
+    clients = [make_client(s3_endpoint) for _ in range(4)]
+    workflows = [kassette(pipeline, storage=Chunky(bucket, client=c)) for c in clients]
+    outcomes: list[str] = []
+    barrier = threading.Barrier(4, timeout=30)
+
+    def invoke(number: int) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(workflows[number].start(run_id="race").status)
+        except (FencedError, TerminalRunError) as exc:
+            outcomes.append(type(exc).__name__)
+        except KassetteError as exc:
+            outcomes.append(repr(exc))
+
+    threads = [threading.Thread(target=invoke, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=TIMEOUT)
+    assert len(outcomes) == 4
+    assert set(outcomes) <= {"success", "FencedError", "TerminalRunError"}, outcomes
+    for _ in range(3):
+        if run_status(workflows[0].storage, "race").status == "completed":
+            break
+        workflows[0].start(run_id="race")
+    journal = read_journal(workflows[0].storage, "race")
+    assert_sound(journal)
+    assert journal.status().result == EXPECTED
+    for client in clients:
+        client.close()
+
+
+# -- listing, deleting, objects beside ------------------------------------------------------
+
+
+def test_listing_and_deleting_see_a_chunked_run_as_one_run(s3_client: Any, bucket: str) -> None:
+    storage = Chunky(bucket, "p", client=s3_client)
+    kassette(pipeline, storage=storage).start(run_id="long")
+    kassette(pipeline, storage=S3Storage(bucket, "p", client=s3_client)).start(run_id="short")
+    storage.write_object("long", "notes/a.md", b"a")
+    assert any("/journal/" in key for key in keys(s3_client, bucket))
+    assert list(storage.list_runs()) == ["long", "short"]
+    folded = s3_client.list_objects_v2(Bucket=bucket, Prefix="p/", Delimiter="/journal/")
+    assert [p["Prefix"] for p in folded.get("CommonPrefixes", [])] == ["p/long/journal/"]
+    storage.delete_run("long")
+    assert keys(s3_client, bucket) == [f"p/short/{HEAD}"]
+    assert list(storage.list_runs()) == ["short"]
+
+
+@pytest.mark.parametrize("name", [HEAD, "journal/00000001.jsonl", "journal/x"])
+def test_object_names_inside_the_journal_are_refused(
+    name: str, s3_client: Any, bucket: str
+) -> None:
+    storage = S3Storage(bucket, client=s3_client)
+    with pytest.raises(InvalidArgumentError, match="journal"):
+        storage.write_object("r1", name, b"x")
+    assert keys(s3_client, bucket) == []
