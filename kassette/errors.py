@@ -8,6 +8,7 @@
     ├── EventNotPendingError     resume of an event the run is not waiting for
     ├── EventNameCollisionError  a bare event name matches several pending suspends
     ├── RunNotFoundError         (also a LookupError)
+    ├── RunExistsError           a fork into a run id that holds another run
     ├── StorageError             I/O failed (transient)
     │   └── ConflictError        a conditional append lost a race (handled inside kassette)
     ├── InvalidArgumentError     (also a ValueError) bad run id, step name, fork point, ...
@@ -38,6 +39,7 @@ __all__ = [
     "ReplayError",
     "ReplayMismatchError",
     "RunLockedError",
+    "RunExistsError",
     "RunNotFoundError",
     "StorageError",
     "Suspended",
@@ -90,6 +92,10 @@ class EventNameCollisionError(KassetteError):
 
 class RunNotFoundError(KassetteError, LookupError):
     """No journal exists for the run id."""
+
+
+class RunExistsError(KassetteError):
+    """A fork named a run id that already holds a run other than that same fork."""
 
 
 class StorageError(KassetteError):

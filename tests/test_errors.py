@@ -41,6 +41,7 @@ SPEC_ERRORS: dict[str, tuple[type[BaseException], ...]] = {
     "EventNotPendingError": (KassetteError,),
     "EventNameCollisionError": (KassetteError,),
     "RunNotFoundError": (KassetteError, LookupError),
+    "RunExistsError": (KassetteError,),
     "StorageError": (KassetteError,),
     "ReplayError": (KassetteError,),
     "VersionMismatchError": (ReplayError,),

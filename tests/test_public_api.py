@@ -39,6 +39,7 @@ PROMISED = {
     "EventNotPendingError",
     "EventNameCollisionError",
     "RunNotFoundError",
+    "RunExistsError",
     "StorageError",
     "ReplayError",
     "VersionMismatchError",

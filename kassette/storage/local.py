@@ -8,6 +8,9 @@ of the whole line and an `fsync`. Tokens are byte lengths of the journal's compl
 While this process holds a run's lock, its journal stays open between appends (one open and
 close per session, not per append); flock and the size check are the same either way.
 
+A `LocalStorage` pickles as its path, so a process pool or a Dask worker on a shared
+filesystem can write the same journals.
+
 `{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
 `link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
 is reclaimed (under a directory `flock`, so two reclaimers cannot both win).
@@ -40,6 +43,11 @@ class LocalStorage:
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.path)!r})"
+
+    def __reduce__(self) -> tuple[type[LocalStorage], tuple[Path]]:
+        # only the path travels: another process (a ProcessPool or Dask worker) holds no
+        # locks and no open journals of this one's
+        return type(self), (self.path,)
 
     def _journal(self, run_id: str) -> str:
         # a str, not a Path: joining Paths costs more than the rest of an append's Python code

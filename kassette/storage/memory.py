@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from typing import NoReturn
 
 from kassette.errors import ConflictError, RunLockedError
 from kassette.storage import Snapshot, validate_run_id
@@ -22,6 +23,13 @@ class MemoryStorage:
 
     def __repr__(self) -> str:
         return f"MemoryStorage({len(self._journals)} runs)"
+
+    def __reduce__(self) -> NoReturn:
+        # a copy in another process would take writes that never reach this one
+        raise TypeError(
+            "MemoryStorage lives in one process and cannot be pickled: use LocalStorage on a "
+            "shared filesystem or S3Storage to run workflows in other processes"
+        )
 
     def read(self, run_id: str) -> Snapshot | None:
         data = self._journals.get(validate_run_id(run_id))

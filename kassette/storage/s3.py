@@ -13,6 +13,10 @@ only when a client is created. Any endpoint boto3 can reach (`AWS_ENDPOINT_URL`)
 applies conditional PutObject atomically, as AWS S3 and Cloudflare R2 document; see
 docs/object-storage-design.md.
 
+An `S3Storage` pickles as its bucket, prefix, endpoint, region and client settings (never
+credentials): unpickled in another process (a Dask worker, say), it builds its own client,
+with credentials from that process's boto3 environment.
+
 Beyond the `Storage` protocol, a tool that keeps files of its own beside a run's journal (koto
 keeps a session's template and context there) can read, write and locate them as objects
 under `{prefix}/{runId}/`, and delete a run with everything beside it. Those writes are
@@ -27,7 +31,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kassette.errors import (
     ConflictError,
@@ -92,6 +96,13 @@ class S3Storage:
     def __repr__(self) -> str:
         url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         return f"S3Storage({url!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str, str, str | None, Any]]:
+        # a client does not pickle: the copy builds its own for the same endpoint, region and
+        # settings, with credentials from boto3's environment where it is unpickled
+        meta = self._client.meta
+        settings = (meta.endpoint_url, meta.region_name, meta.config)
+        return _rebuild, (self.bucket, self.prefix, *settings)
 
     def _base(self, run_id: str) -> str:
         """The key prefix of everything of run `run_id`, ending in '/'."""
@@ -330,14 +341,14 @@ def _per_key_error(failure: ErrorTypeDef) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": message}}, "DeleteObjects")
 
 
-def _default_client() -> S3Client:
+def _default_client(**settings: Any) -> S3Client:
     try:
         import boto3
     except ImportError as exc:
         raise ImportError(
             'S3Storage needs boto3, which is not installed: pip install "kassette[s3]"'
         ) from exc
-    return boto3.client("s3")
+    return boto3.client("s3", **settings)
 
 
 def _check_conditional_writes(client: S3Client) -> None:
@@ -412,6 +423,14 @@ def _same_token(first: str, second: str) -> bool:
     return [etag.strip('"') for etag in first.split("|")] == [
         etag.strip('"') for etag in second.split("|")
     ]
+
+
+def _rebuild(
+    bucket: str, prefix: str, endpoint_url: str, region: str | None, config: Any
+) -> S3Storage:
+    """An unpickled `S3Storage`: a new client for the pickled one's endpoint and region."""
+    client = _default_client(endpoint_url=endpoint_url, region_name=region, config=config)
+    return S3Storage(bucket, prefix, client)
 
 
 def _from_url(url: str) -> S3Storage:
