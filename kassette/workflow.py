@@ -334,6 +334,16 @@ class _Engine(Generic[I, R]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.fn.__qualname__} on {self.storage!r}>"
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The function travels by name when its module has it at the top level (decorated
+        # or not), else as itself: cloudpickle (Dask) takes a notebook's functions by value.
+        # The storage, version and clock travel as they are (see the storages' pickling).
+        module = getattr(self.fn, "__module__", None)
+        name = getattr(self.fn, "__qualname__", "")
+        named = module not in (None, "__main__") and _named(module, name) in (self, self.fn)
+        fn = (module, name) if named else self.fn
+        return _rebuilt, (type(self), fn, self.storage, self.version, self.clock)
+
     def _open_start(self, input: Any, run_id: str | None) -> Run:
         run_id = run_id if run_id is not None else new_run_id()
         return open_run(
@@ -395,6 +405,33 @@ class _Engine(Generic[I, R]):
             raise exc
         run.fail(exc)
         return RunResult(run.run_id, "failed", error=ErrorInfo(type(exc).__name__, str(exc)))
+
+
+def _named(module: str | None, qualname: str) -> Any:
+    """The object `module.qualname` names, or None."""
+    import sys
+
+    found: Any = sys.modules.get(module or "")
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
+
+
+def _rebuilt(
+    kind: type[_Engine[Any, Any]],
+    fn: Callable[..., Any] | tuple[str, str],
+    storage: Storage,
+    version: str | None,
+    clock: Clock,
+) -> _Engine[Any, Any]:
+    """An unpickled workflow: `fn` given by (module, qualname) is imported."""
+    if isinstance(fn, tuple):
+        import importlib
+
+        importlib.import_module(fn[0])
+        found = _named(*fn)
+        fn = found.fn if isinstance(found, _Engine) else found
+    return kind(fn, storage, version, clock)
 
 
 class Workflow(_Engine[I, R]):

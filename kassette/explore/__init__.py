@@ -7,6 +7,7 @@
     kx.compare(journals, ["plan", "plan-retry"])   # steps side by side, first divergence marked
     kx.RunTree(journals)                   # a widget: click a run to see its entries
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
+    kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and ipywidgets for the two widgets.
@@ -24,6 +25,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a bare environment
     raise ImportError(f"{_HINT} ({exc})") from exc
 
+from kassette.explore.branches import Branches, fan_out  # noqa: E402
 from kassette.explore.compare import compare  # noqa: E402
 from kassette.explore.export import export  # noqa: E402
 from kassette.explore.frames import ENTRY_SCHEMA, RUN_SCHEMA, Journals, load  # noqa: E402
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENTRY_SCHEMA",
     "RUN_SCHEMA",
+    "Branches",
     "ForkExplorer",
     "Journals",
     "Lineage",
@@ -42,6 +45,7 @@ __all__ = [
     "RunTree",
     "compare",
     "export",
+    "fan_out",
     "lineage",
     "load",
 ]
