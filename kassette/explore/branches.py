@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from kassette.codec import check_json
 from kassette.core import read_journal, run_status
 from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
-from kassette.journal import ErrorInfo, RunStatus
+from kassette.fork import plan_fork
+from kassette.state import ErrorInfo, RunStatus
 from kassette.workflow import AsyncWorkflow, ResultStatus, RunResult, Workflow
 
 if TYPE_CHECKING:
@@ -390,7 +392,7 @@ def fan_out(
             f"executor must be a concurrent.futures.Executor (or Dask's), not {executor!r}"
         )
     variants = _variants(n=n, params=params, results=results, workflows=workflows)
-    cut = _fork_point(workflow.storage, run_id, step=step, offset=offset)
+    cut = plan_fork(workflow.storage, run_id, offset, step).offset
     base = _prefix(prefix, run_id, step, cut)
     branches = [
         _Branch(
@@ -409,21 +411,6 @@ def fan_out(
         _check_picklable(branches[0])
     outcomes = _run_all(branches, executor)
     return Branches(branches, outcomes, score=score, executor=executor)
-
-
-def _fork_point(storage: Any, run_id: str, *, step: str | None, offset: int | None) -> int:
-    """The offset a fork at `step` or `offset` cuts at (checked again by the fork itself)."""
-    if (offset is None) == (step is None):
-        raise InvalidArgumentError("fork needs exactly one of offset or step", run_id=run_id)
-    if step is None:
-        if type(offset) is not int or offset < 0:
-            raise InvalidArgumentError(f"fork offset must be an int >= 0, not {offset!r}")
-        return offset
-    journal = read_journal(storage, run_id)
-    for entry in journal.entries:
-        if entry["type"] == "step" and entry.get("stepId") == step:
-            return int(entry["offset"])
-    raise InvalidArgumentError(f"run {run_id} has no step {step!r}", run_id=run_id, step_id=step)
 
 
 def _is_executor(executor: object) -> bool:
@@ -474,8 +461,6 @@ def _as_list(values: Iterable[Any] | None) -> list[Any]:
 
 
 def _checked(value: Any, what: str) -> Any:
-    from kassette.journal import check_json
-
     return check_json(value, what)
 
 
