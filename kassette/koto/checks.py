@@ -13,8 +13,10 @@ from collections import deque
 from collections.abc import Collection
 from typing import Any
 
+from kassette.koto.errors import KotoError
 from kassette.koto.frontmatter import Mapping, Sequence
-from kassette.koto.names import check_key
+from kassette.koto.gates import REFERENCE
+from kassette.koto.names import validate_key
 
 __all__ = ["DEFAULT_GATE_TIMEOUT", "FIELD_TYPES", "GATE_OUTPUTS", "RUNTIME_VARIABLES", "Checks"]
 
@@ -37,16 +39,19 @@ _ACCEPT_FIELDS = {"type", "required", "values", "description"}
 _VARIABLE_FIELDS = {"description", "required", "default"}
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 class Checks:
-    """Field checks for the compiler; subclasses provide `problem` and `references`."""
+    """Field checks for the compiler; subclasses provide `problem`, `warn` and the state."""
 
     state_lines: dict[str, int]
     references: list[tuple[int, str]]  # (line, variable) of every {{VARIABLE}} met
+    variable_names: set[str]  # the declared variables, which `vars.<NAME>` may test
 
     def problem(self, line: int, message: str) -> None:
+        raise NotImplementedError
+
+    def warn(self, line: int, message: str) -> None:
         raise NotImplementedError
 
     def unknown_fields(self, mapping: Mapping, known: Collection[str], where: str = "") -> None:
@@ -117,7 +122,7 @@ class Checks:
         accepts: dict[str, Any] = {}
         for field, declaration in accepts_spec.items():
             line = accepts_spec.lines[field]
-            if not _FIELD_NAME.fullmatch(field) or field == "gates":
+            if not _FIELD_NAME.fullmatch(field) or field in ("gates", "vars"):
                 self.problem(line, f"invalid evidence field name {field!r}")
             if not isinstance(declaration, Mapping):
                 self.problem(line, f"field {field!r} must be a mapping with at least 'type'")
@@ -211,9 +216,9 @@ class Checks:
                     )
             if "key" in gate and not REFERENCE.search(gate["key"]):
                 try:
-                    check_key(gate["key"])
-                except ValueError as exc:
-                    self.problem(declaration.lines["key"], str(exc))
+                    validate_key(gate["key"])
+                except KotoError as exc:
+                    self.problem(declaration.lines["key"], exc.message)
             gates[name] = gate
         return gates
 
@@ -287,26 +292,47 @@ class Checks:
         line: int,
         accepts: dict[str, Any],
         gates: dict[str, Any],
+        where: str = "when",
     ) -> None:
+        if key.startswith("vars."):
+            name = key[len("vars.") :]
+            if name not in self.variable_names and name not in RUNTIME_VARIABLES:
+                self.problem(line, f"bad {where}: {key!r} names no declared variable")
+            elif not isinstance(value, str) and not (
+                isinstance(value, Mapping)
+                and list(value) == ["is_set"]
+                and isinstance(value["is_set"], bool)
+            ):
+                self.problem(
+                    line, f"bad {where}: {key} is a string or {{is_set: true|false}}, not {value!r}"
+                )
+            return
         if key.startswith("gates."):
             parts = key.split(".")
             if len(parts) != 3:
-                self.problem(line, f"bad when: {key!r} must be gates.<gate>.<field>")
+                self.problem(line, f"bad {where}: {key!r} must be gates.<gate>.<field>")
                 return
             gate = gates.get(parts[1])
             if gate is None:
-                self.problem(line, f"bad when: state {state!r} has no gate {parts[1]!r}")
+                if where == "skip_if":
+                    self.warn(
+                        line,
+                        f"W-SKIP-GATE-ABSENT: skip_if tests {key}, but state {state!r} has no "
+                        f"gate {parts[1]!r}, so this condition never holds",
+                    )
+                else:
+                    self.problem(line, f"bad when: state {state!r} has no gate {parts[1]!r}")
                 return
             outputs = GATE_OUTPUTS[gate["type"]]
             if parts[2] not in outputs:
                 self.problem(
                     line,
-                    f"bad when: a {gate['type']} gate reports "
+                    f"bad {where}: a {gate['type']} gate reports "
                     f"{', '.join(outputs)}, not {parts[2]!r}",
                 )
             elif type(value) is not outputs[parts[2]]:
                 self.problem(
-                    line, f"bad when: {key} is a {outputs[parts[2]].__name__}, not {value!r}"
+                    line, f"bad {where}: {key} is a {outputs[parts[2]].__name__}, not {value!r}"
                 )
             return
         field, _, rest = key.partition(".")
@@ -314,17 +340,58 @@ class Checks:
         if declaration is None:
             self.problem(
                 line,
-                f"bad when: {key!r} is neither gates.<gate>.<field> nor a field "
+                f"bad {where}: {key!r} is neither gates.<gate>.<field>, vars.<NAME> nor a field "
                 f"that state {state!r} accepts",
             )
             return
         field_type = declaration["field_type"]
         if rest:
-            self.problem(line, f"bad when: {field!r} is a {field_type} and has no sub-fields")
+            self.problem(line, f"bad {where}: {field!r} is a {field_type} and has no sub-fields")
         elif field_type == "enum" and value not in declaration.get("values", []):
-            self.problem(line, f"bad when: {value!r} is not one of the values of {field!r}")
+            self.problem(line, f"bad {where}: {value!r} is not one of the values of {field!r}")
         elif not _matches_type(field_type, value):
-            self.problem(line, f"bad when: {field!r} is a {field_type}, not {value!r}")
+            self.problem(line, f"bad {where}: {field!r} is a {field_type}, not {value!r}")
+
+    def skip_if(
+        self,
+        state: str,
+        spec: Mapping,
+        accepts: dict[str, Any],
+        gates: dict[str, Any],
+        transitions: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The state's `skip_if`: conditions that, when they all hold, skip the state."""
+        skip = spec.get("skip_if")
+        if skip is None:
+            return {}
+        line = spec.lines["skip_if"]
+        if not isinstance(skip, Mapping) or not skip:
+            self.problem(line, "'skip_if' must be a non-empty mapping of conditions")
+            return {}
+        if spec.get("terminal") is True:
+            self.problem(line, f"E-SKIP-TERMINAL: terminal state {state!r} cannot have skip_if")
+            return {}
+        if not transitions:
+            self.problem(line, f"E-SKIP-NO-TRANSITIONS: state {state!r} has nowhere to skip to")
+            return {}
+        for key, value in skip.items():
+            self.check_condition(state, key, value, skip.lines[key], accepts, gates, "skip_if")
+        decided = [t for t in transitions if "when" in t and _decided_by(t["when"], skip)]
+        selected = [t["target"] for t in decided if _selected_by(t["when"], skip)]
+        if len(selected) > 1:
+            self.problem(
+                line,
+                f"E-SKIP-AMBIGUOUS: skip_if of {state!r} selects {len(selected)} transitions "
+                f"({', '.join(selected)}): make it select one",
+            )
+        undecided = [t for t in transitions if "when" not in t or t not in decided]
+        if not selected and not undecided:
+            self.problem(
+                line,
+                f"skip_if of {state!r} selects no transition and the state has no fallback "
+                "(a transition without 'when')",
+            )
+        return dict(skip)
 
     # -- whole-template checks -------------------------------------------------------------
 
@@ -380,6 +447,15 @@ def _matches_type(field_type: str, value: Any) -> bool:
     if field_type == "number":
         return isinstance(value, int | float) and not isinstance(value, bool)
     return isinstance(value, bool)
+
+
+def _decided_by(when: dict[str, Any], skip: dict[str, Any]) -> bool:
+    """Whether a skip's conditions alone decide if `when` matches: it tests no key they lack."""
+    return all(key in skip for key in when)
+
+
+def _selected_by(when: dict[str, Any], skip: dict[str, Any]) -> bool:
+    return all(skip[key] == value for key, value in when.items())
 
 
 def _exclusive(first: dict[str, Any], second: dict[str, Any]) -> bool:

@@ -3,6 +3,7 @@
     koto init NAME --template T.md [--var K=V]... [--execution-dir DIR]    start a session
     koto next NAME [--with-data JSON|@file] [--to STATE] [--full] [--no-cleanup]
     koto rewind NAME | cancel NAME [--cleanup] | status NAME
+    koto decisions record NAME --with-data JSON|@file | decisions list NAME
     koto context add|get|exists|list|remove NAME [KEY] ...
     koto template compile T.md [--allow-legacy-gates]
     koto template export T.md [--format mermaid|html] [--output FILE]
@@ -12,14 +13,16 @@
 A thin skin over `kassette.koto`: every verb prints one JSON value on stdout (`session dir`,
 `config get` and `context get` print plain text or bytes). Errors are JSON on stdout too:
 `{"error": {"code", "message", "details"}}` from `next`, `{"error": MESSAGE, "code",
-"command"}` from the other verbs. Warnings (a template's W3, legacy gates) go to stderr. Exit
-codes: 0 ok (a blocked gate is an answer), 1 transient, 2 the caller's mistake, 3 template or
-infrastructure (see kassette/koto/errors.py).
+"command"}` from the other verbs; when stdout itself cannot be written, the error goes to stderr.
+Warnings (a template's W3, legacy gates) go to stderr. Exit codes: 0 ok (a blocked gate is an
+answer), 1 transient, 2 the caller's mistake, 3 template or infrastructure (see
+kassette/koto/errors.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kassette.errors import KassetteError
-from kassette.koto.errors import EXIT_INFRASTRUCTURE, EXIT_OK, KotoError
+from kassette.koto.errors import EXIT_INFRASTRUCTURE, EXIT_OK, KotoError, from_kassette
 
 __all__ = ["main"]
 
@@ -69,6 +72,19 @@ def _next_verb(command: argparse.ArgumentParser) -> None:
     command.add_argument("--to", metavar="STATE", help="take a declared transition directly")
     command.add_argument("--full", action="store_true", help="include details every time")
     command.add_argument("--no-cleanup", action="store_true", help="keep a finished session")
+
+
+def _decisions_verb(command: argparse.ArgumentParser) -> None:
+    actions = _actions(command)
+    action = actions.add_parser("record", help="record a decision in the current state")
+    action.add_argument("name")
+    action.add_argument(
+        "--with-data",
+        required=True,
+        metavar="JSON|@FILE",
+        help='{"choice", "rationale", "alternatives_considered"?}',
+    )
+    actions.add_parser("list", help="this state's decisions").add_argument("name")
 
 
 def _cancel_verb(command: argparse.ArgumentParser) -> None:
@@ -145,6 +161,7 @@ _VERBS: dict[str, tuple[str, Any]] = {
     "rewind": ("go back to the previous state", _session_verb),
     "cancel": ("end a session", _cancel_verb),
     "status": ("the session's state, read-only", _session_verb),
+    "decisions": ("record or list the agent's decisions", _decisions_verb),
     "context": ("content handed to koto", _context_verb),
     "template": ("compile or draw a template", _template_verb),
     "session": ("list, locate, delete sessions", _sessions_verb),
@@ -172,8 +189,24 @@ def _parser(verb: str | None) -> argparse.ArgumentParser:
 # -- output ----------------------------------------------------------------------------------
 
 
+class _StdoutFailed(Exception):
+    """Stdout cannot be written (a full disk, a closed descriptor): reported on stderr."""
+
+
+def _print_text(text: str) -> None:
+    if sys.stdout is None:  # started with descriptor 1 closed
+        raise _StdoutFailed("stdout is closed")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: stdout was closed
+        raise _StdoutFailed(str(exc)) from exc
+
+
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, sort_keys=True) + "\n")
+    _print_text(json.dumps(value, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def _print_warnings(warnings: Sequence[str]) -> None:
@@ -182,18 +215,40 @@ def _print_warnings(warnings: Sequence[str]) -> None:
 
 
 def _print_bytes(data: bytes) -> None:
-    sys.stdout.flush()
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    _print_text("")
+    assert sys.stdout is not None
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise _StdoutFailed(str(exc)) from exc
 
 
-def _report(exc: KotoError, verb: str) -> None:
+def _write_output(path: str, data: bytes) -> str:
+    """Write an output file (`--output`, `--to-file`) atomically; its absolute path."""
+    from kassette.storage.local import replace_file
+
+    target = Path(path).absolute()
+    try:
+        replace_file(target, data)
+    except OSError as exc:
+        raise KotoError("output_error", f"cannot write {path}: {exc}") from exc
+    return str(target)
+
+
+def _report(exc: KotoError, verb: str, *, stream: Any = None) -> None:
     if verb == "next":
         error: dict[str, Any] = {"code": exc.code, "message": exc.message, "details": exc.details}
         error.update(exc.extra)
-        _print_json({"error": error})
+        answer: dict[str, Any] = {"error": error}
     else:
-        _print_json({"error": exc.message, "code": exc.code, "command": verb, **exc.extra})
+        answer = {"error": exc.message, "code": exc.code, "command": verb, **exc.extra}
+    if stream is None:
+        _print_json(answer)
+    else:
+        stream.write(json.dumps(answer, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 # -- the verbs -------------------------------------------------------------------------------
@@ -247,6 +302,15 @@ def _run(args: argparse.Namespace) -> int:
         else:
             _print_json(session.status(store, args.name))
         return EXIT_OK
+    if verb == "decisions":
+        from kassette.koto import decisions
+
+        store = _store()
+        if args.action == "record":
+            _print_json(decisions.record(store, args.name, args.with_data))
+        else:
+            _print_json(decisions.listed(store, args.name))
+        return EXIT_OK
     if verb == "context":
         return _context(args)
     if verb == "template":
@@ -272,9 +336,7 @@ def _context(args: argparse.Namespace) -> int:
     elif args.action == "get":
         data = context.get(store, args.name, args.key)
         if args.to_file:
-            target = Path(args.to_file)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            _write_output(args.to_file, data)
         else:
             _print_bytes(data)
     elif args.action == "exists":
@@ -288,12 +350,13 @@ def _context(args: argparse.Namespace) -> int:
 
 def _template(args: argparse.Namespace) -> int:
     from kassette.koto.compiler import compile_template
-    from kassette.koto.template import Template
+    from kassette.koto.template import Template, read_source
 
     if args.action == "export" and args.source.endswith(".json"):
+        data = read_source(args.source)
         try:
-            template = Template.from_json(Path(args.source).read_bytes())
-        except (OSError, ValueError) as exc:
+            template = Template.from_json(data)
+        except (ValueError, RecursionError) as exc:
             raise KotoError("template_error", f"cannot read {args.source}: {exc}") from exc
     else:
         strict = args.action == "compile" and not args.allow_legacy_gates
@@ -306,10 +369,10 @@ def _template(args: argparse.Namespace) -> int:
 
     text = export(template, args.format)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        _print_json({"format": args.format, "output": str(Path(args.output).absolute())})
+        written = _write_output(args.output, text.encode("utf-8"))
+        _print_json({"format": args.format, "output": written})
     else:
-        sys.stdout.write(text)
+        _print_text(text)
     return EXIT_OK
 
 
@@ -318,7 +381,7 @@ def _session(args: argparse.Namespace) -> int:
     from kassette.koto.names import session_dir, validate_name
 
     if args.action == "dir":
-        sys.stdout.write(f"{session_dir(koto_home(), validate_name(args.name))}\n")
+        _print_text(f"{session_dir(koto_home(), validate_name(args.name))}\n")
         return EXIT_OK
     store = _store()
     if args.action == "list":
@@ -356,11 +419,11 @@ def _config(args: argparse.Namespace) -> int:
         if value is None:
             raise KotoError("not_set", f"{args.key} is not set")
         shown = config.REDACTED if args.key in config.CREDENTIALS else value
-        sys.stdout.write(f"{shown}\n")
+        _print_text(f"{shown}\n")
     elif args.json:
         _print_json(resolved.redacted())
     else:
-        sys.stdout.write(config.to_toml(resolved.redacted()))
+        _print_text(config.to_toml(resolved.redacted()))
     return EXIT_OK
 
 
@@ -373,17 +436,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.version:
             from kassette import __version__
 
-            sys.stdout.write(f"koto (kassette {__version__})\n")
+            _print_text(f"koto (kassette {__version__})\n")
             return EXIT_OK
         if args.verb is None:
             raise KotoError("usage", "koto: a verb is required (try koto --help)")
         return _run(args)
-    except KotoError as exc:
-        _report(exc, verb)
-        return exc.exit_code
-    except KassetteError as exc:  # storage failing underneath koto (S3 unreachable, ...)
-        failure = KotoError("persistence_error", f"storage failed: {exc}")
-        _report(failure, verb)
+    except _StdoutFailed as exc:
+        return _stdout_failed(exc, verb)
+    except (KotoError, KassetteError) as exc:  # storage failing underneath koto, ...
+        failure = from_kassette(exc)
+        try:
+            _report(failure, verb)
+        except _StdoutFailed as stdout:
+            return _stdout_failed(stdout, verb)
         return failure.exit_code
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -394,8 +459,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         import traceback
 
         traceback.print_exc()
-        _report(KotoError("internal_error", f"internal error: {exc!r}"), verb)
-        return EXIT_INFRASTRUCTURE
+        failure = KotoError("internal_error", f"internal error: {exc!r}")
+        try:
+            _report(failure, verb)
+        except _StdoutFailed as stdout:
+            return _stdout_failed(stdout, verb)
+        return failure.exit_code
+
+
+def _stdout_failed(exc: _StdoutFailed, verb: str) -> int:
+    """Report on stderr that stdout failed; what is still buffered for it goes nowhere."""
+    failure = KotoError("output_error", f"cannot write to stdout: {exc}")
+    _report(failure, verb, stream=sys.stderr)
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return failure.exit_code
 
 
 if __name__ == "__main__":

@@ -20,16 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kassette.koto.checks import GATE_OUTPUTS, REFERENCE, Checks
+from kassette.koto.checks import GATE_OUTPUTS, Checks
 from kassette.koto.frontmatter import Mapping, YamlError, parse
-from kassette.koto.template import FORMAT_VERSION, SIMPLE_FORM_FIELD, Template, TemplateError
+from kassette.koto.gates import REFERENCE
+from kassette.koto.template import (
+    FORMAT_VERSION,
+    SIMPLE_FORM_FIELD,
+    Template,
+    TemplateError,
+    read_source,
+)
 
 __all__ = ["Compiler", "LegacyGates", "compile_template", "compile_text"]
 
 LegacyGates = Literal["refuse", "warn", "allow"]
 
 _TOP_FIELDS = {"name", "version", "description", "initial_state", "variables", "states"}
-_STATE_FIELDS = {"transitions", "terminal", "failure", "accepts", "gates"}
+_STATE_FIELDS = {"transitions", "terminal", "failure", "accepts", "gates", "skip_if"}
 _FAILURE_WORDS = ("block", "fail", "error")
 _STATE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _HEADING = re.compile(r"##[ \t]+(.+?)[ \t]*#*[ \t]*")
@@ -51,8 +58,8 @@ def compile_template(path: str | Path, *, legacy_gates: LegacyGates = "refuse") 
     `legacy_gates` says what a state whose gates no `when` routes on is: an error ("refuse"),
     a warning ("warn"), or fine ("allow")."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_source(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise TemplateError(str(path), [(0, f"cannot read template: {exc}")]) from exc
     return compile_text(text, str(path), legacy_gates=legacy_gates)
 
@@ -73,6 +80,7 @@ class Compiler(Checks):
         self.warnings: list[tuple[int, str]] = []
         self.state_lines: dict[str, int] = {}
         self.references: list[tuple[int, str]] = []  # (line, variable) of every {{VARIABLE}}
+        self.variable_names: set[str] = set()
 
     def problem(self, line: int, message: str) -> None:
         self.problems.append((line, message))
@@ -111,6 +119,7 @@ class Compiler(Checks):
         if description:
             data["description"] = description.strip()
         data["variables"] = self.variables(front)
+        self.variable_names = set(data["variables"])
         if "states" in front:
             data["states"], data["initial_state"] = self.full_form(front, body)
         else:
@@ -159,6 +168,7 @@ class Compiler(Checks):
             accepts = self.accepts(name, spec)
             gates = self.gates(name, spec)
             transitions = self.transitions(name, spec, set(states_spec), accepts, gates)
+            skip = self.skip_if(name, spec, accepts, gates, transitions)
             terminal = spec.get("terminal", False)
             if not isinstance(terminal, bool):
                 self.problem(spec.lines["terminal"], "'terminal' must be true or false")
@@ -187,7 +197,7 @@ class Compiler(Checks):
                     "'failure: true' (set it, or rename the state if it is a success)",
                 )
             if gates:
-                self.check_gate_routing(name, spec, gates, transitions)
+                self.check_gate_routing(name, spec, gates, transitions, skip)
             if terminal is True:
                 state["terminal"] = True
             if terminal is True and failure is True:
@@ -198,6 +208,8 @@ class Compiler(Checks):
                 state["accepts"] = accepts
             if gates:
                 state["gates"] = gates
+            if skip:
+                state["skip_if"] = skip
             states[name] = state
         return states, initial or ""
 
@@ -207,9 +219,12 @@ class Compiler(Checks):
         spec: Mapping,
         gates: dict[str, Any],
         transitions: list[dict[str, Any]],
+        skip: dict[str, Any],
     ) -> None:
-        """A legacy-gate state (gates that no `when` routes on): an error unless allowed."""
-        routed = any(key.startswith("gates.") for t in transitions for key in t.get("when", {}))
+        """A legacy-gate state (gates that no `when` or `skip_if` routes on): an error unless
+        allowed."""
+        conditions = [key for t in transitions for key in t.get("when", {})] + list(skip)
+        routed = any(key.startswith("gates.") for key in conditions)
         if routed or self.legacy_gates == "allow":
             return
         fields = ", ".join(
@@ -220,7 +235,10 @@ class Compiler(Checks):
             f"(legacy gates): add a 'when' on {fields}, or allow legacy gates"
         )
         if self.legacy_gates == "warn":
-            self.warn(spec.lines["gates"], message + "; they only block until they pass")
+            self.warn(
+                spec.lines["gates"],
+                message + "; legacy behavior: they only block until they pass",
+            )
         else:
             self.problem(spec.lines["gates"], message + " with --allow-legacy-gates")
 

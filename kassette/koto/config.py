@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kassette.koto.errors import KotoError
+from kassette.storage.local import replace_file
 
 __all__ = [
     "CREDENTIALS",
@@ -193,12 +194,7 @@ def _string(text: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_text(text, encoding="utf-8")
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
+        replace_file(path, text.encode("utf-8"), mode=0o600)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
         raise KotoError("invalid_config", f"cannot write {path}: {exc}") from exc

@@ -13,20 +13,13 @@ from hashlib import sha256
 
 from kassette.koto import session
 from kassette.koto.errors import KotoError
-from kassette.koto.names import check_key
-from kassette.koto.store import SessionStore
+from kassette.koto.names import validate_key
+from kassette.koto.store import Sessions
 
 __all__ = ["add", "exists", "get", "keys", "read_content", "remove"]
 
 
-def _valid(key: str) -> str:
-    try:
-        return check_key(key)
-    except ValueError as exc:
-        raise KotoError("invalid_key", str(exc)) from None
-
-
-def read_content(store: SessionStore, view: session.SessionView, key: str) -> bytes | None:
+def read_content(store: Sessions, view: session.SessionView, key: str) -> bytes | None:
     """The content stored under `key` in the session as `view` sees it, or None."""
     item = view.context.get(key)
     if item is None:
@@ -41,8 +34,8 @@ def read_content(store: SessionStore, view: session.SessionView, key: str) -> by
     return data
 
 
-def add(store: SessionStore, name: str, key: str, data: bytes) -> None:
-    _valid(key)
+def add(store: Sessions, name: str, key: str, data: bytes) -> None:
+    validate_key(key)
     session.load(store, name)  # the session exists and its template is intact
     digest = sha256(data).hexdigest()
     store.write_file(name, f"ctx/{digest}", data)
@@ -50,26 +43,26 @@ def add(store: SessionStore, name: str, key: str, data: bytes) -> None:
         session.append(run, "context_added", key=key, hash=digest, size=len(data))
 
 
-def get(store: SessionStore, name: str, key: str) -> bytes:
-    _valid(key)
+def get(store: Sessions, name: str, key: str) -> bytes:
+    validate_key(key)
     data = read_content(store, session.load(store, name), key)
     if data is None:
         raise KotoError("context_missing", f"session {name!r} has no context key {key!r}")
     return data
 
 
-def exists(store: SessionStore, name: str, key: str) -> bool:
-    _valid(key)
+def exists(store: Sessions, name: str, key: str) -> bool:
+    validate_key(key)
     return key in session.load(store, name).context
 
 
-def keys(store: SessionStore, name: str, prefix: str = "") -> list[str]:
+def keys(store: Sessions, name: str, prefix: str = "") -> list[str]:
     return sorted(k for k in session.load(store, name).context if k.startswith(prefix))
 
 
-def remove(store: SessionStore, name: str, key: str) -> None:
+def remove(store: Sessions, name: str, key: str) -> None:
     """Forget `key` (idempotent); its content stays, as history, until the session is removed."""
-    _valid(key)
+    validate_key(key)
     if key not in session.load(store, name).context:
         return
     with session.open_session(store, name) as run:

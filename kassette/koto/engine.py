@@ -6,8 +6,12 @@ and its transitions are resolved: exactly one matching `when` wins (an AND of ex
 against the epoch's evidence and `gates.<name>.<field>`), failing gates block, a state that
 accepts evidence waits for it, and the transition without `when` is the fallback. States that
 need nothing from the agent are passed through in the same call, up to a chain limit; a state
-left twice without evidence in one call is a cycle. The answer says what to do next:
-`evidence_required` (with `expects`), `gate_blocked` (with `blocking_conditions`) or `done`.
+left twice without evidence in one call is a cycle. A state's `skip_if` is checked after its
+gates: when every condition holds (on the epoch's evidence, `gates.<name>.<field>` and
+`vars.<NAME>`), the state is skipped: its conditions count as evidence, the transition they
+select (or the fallback) is taken and journaled with `condition_type: "skip_if"`. The answer
+says what to do next: `evidence_required` (with `expects`), `gate_blocked` (with
+`blocking_conditions`) or `done`.
 
 Before anything is read, a tick refuses to run inside a gate command of another tick (the
 gate runner sets `KOTO_TICK_SESSION`: `nested_invocation`); before anything runs or is
@@ -17,12 +21,12 @@ written, it refuses a directory outside the session's execution anchor
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from kassette.core import Run
+from kassette.koto import evidence as submissions
 from kassette.koto.errors import KotoError
 from kassette.koto.gates import GateResult, evaluate, substitute
 from kassette.koto.names import validate_name
@@ -33,7 +37,7 @@ from kassette.koto.session import (
     load,
     open_session,
 )
-from kassette.koto.store import SessionStore
+from kassette.koto.store import Sessions
 
 __all__ = [
     "RECOVERY_POINTER",
@@ -43,11 +47,9 @@ __all__ = [
     "next_step",
     "refuse_nested",
     "resolve",
-    "validate_evidence",
 ]
 
 MAX_CHAIN = 100
-MAX_EVIDENCE_BYTES = 1 << 20
 TICK_SESSION = "KOTO_TICK_SESSION"  # set for gate commands: the session whose tick runs them
 RECOVERY_POINTER = (
     "[koto] Lost context? `koto status <name>` returns this phase's directive/details/expects.\n\n"
@@ -58,7 +60,7 @@ RECOVERY_POINTER = (
 
 
 def next_step(
-    store: SessionStore,
+    store: Sessions,
     name: str,
     *,
     data: str | None = None,
@@ -75,7 +77,9 @@ def next_step(
     validate_name(name)
     if data is not None and to is not None:
         raise KotoError("precondition_failed", "--with-data and --to cannot be used together")
-    evidence = parse_evidence(data) if data is not None else None
+    evidence = submissions.parse(data) if data is not None else None
+    if evidence is not None:
+        submissions.refuse_reserved(evidence)
     here = os.path.realpath(cwd or os.getcwd())
     view = load(store, name)
     anchor = view.anchor
@@ -141,34 +145,6 @@ def check_anchor(name: str, anchor: str, here: str) -> None:
         )
 
 
-def parse_evidence(data: str) -> dict[str, Any]:
-    if data.startswith("@"):
-        try:
-            with open(data[1:], "rb") as file:
-                raw = file.read(MAX_EVIDENCE_BYTES + 1)
-        except OSError as exc:
-            raise KotoError("invalid_submission", f"cannot read {data[1:]}: {exc}") from exc
-    else:
-        raw = data.encode()
-    if len(raw) > MAX_EVIDENCE_BYTES:
-        raise KotoError("invalid_submission", "evidence is larger than 1 MiB")
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise KotoError(
-            "invalid_submission",
-            f"evidence is not valid JSON: {exc}",
-            details=[{"field": "", "reason": f"not valid JSON: {exc}"}],
-        ) from exc
-    if not isinstance(value, dict):
-        raise KotoError(
-            "invalid_submission",
-            "evidence must be a JSON object",
-            details=[{"field": "", "reason": "must be a JSON object of fields"}],
-        )
-    return value
-
-
 def _check_request(view: SessionView, evidence: dict[str, Any] | None, to: str | None) -> None:
     if view.cancelled:
         raise KotoError("terminal_state", f"session {view.name!r} was cancelled")
@@ -190,7 +166,7 @@ def _check_request(view: SessionView, evidence: dict[str, Any] | None, to: str |
             raise KotoError(
                 "precondition_failed", f"state {view.current!r} does not accept evidence"
             )
-        problems = validate_evidence(accepts, evidence)
+        problems = submissions.validate(accepts, evidence)
         if problems:
             reasons = "; ".join(f"{p['field']}: {p['reason']}" for p in problems)
             raise KotoError(
@@ -200,44 +176,12 @@ def _check_request(view: SessionView, evidence: dict[str, Any] | None, to: str |
             )
 
 
-def validate_evidence(accepts: dict[str, Any], evidence: dict[str, Any]) -> list[dict[str, str]]:
-    """Every problem with `evidence` against the state's `accepts`, as `{field, reason}`."""
-    problems = []
-    for key in sorted(evidence):
-        if key == "gates":
-            problems.append({"field": key, "reason": "'gates' is reserved for gate output"})
-        elif key not in accepts:
-            problems.append(
-                {"field": key, "reason": f"unknown field (accepted: {', '.join(accepts)})"}
-            )
-    for key, declaration in accepts.items():
-        if key not in evidence:
-            if declaration.get("required"):
-                problems.append({"field": key, "reason": "required field is missing"})
-            continue
-        value, field_type = evidence[key], declaration["field_type"]
-        if field_type == "enum":
-            if value not in declaration["values"] or not isinstance(value, str):
-                problems.append(
-                    {"field": key, "reason": f"must be one of: {', '.join(declaration['values'])}"}
-                )
-        elif field_type == "string" and not isinstance(value, str):
-            problems.append({"field": key, "reason": "must be a string"})
-        elif field_type == "number" and (
-            isinstance(value, bool) or not isinstance(value, int | float)
-        ):
-            problems.append({"field": key, "reason": "must be a number"})
-        elif field_type == "boolean" and not isinstance(value, bool):
-            problems.append({"field": key, "reason": "must be true or false"})
-    return sorted(problems, key=lambda p: p["field"])
-
-
 class Ticker:
     """One `next` call on a session: runs the loop and builds the answer."""
 
     def __init__(
         self,
-        store: SessionStore,
+        store: Sessions,
         view: SessionView,
         *,
         anchor: str,
@@ -261,6 +205,7 @@ class Ticker:
         return (
             bool(state.get("accepts"))
             and not state.get("gates")
+            and not state.get("skip_if")
             and not (self.view.has_evidence or needs_details)
         )
 
@@ -280,9 +225,17 @@ class Ticker:
             if state.get("terminal"):
                 return self.respond(advanced=advanced, blocking=[])
             results = self.run_gates(state)
-            target, when, blocked = resolve(state, view.evidence, view.has_evidence, results)
-            if target is None:
-                return self.respond(advanced=advanced, blocking=blocked, action=when)
+            facts = _facts(view.evidence, results, self.values)
+            moved: dict[str, Any] = {"from": view.current}
+            skip = state.get("skip_if")
+            target: str | None
+            if skip and _matches(skip, facts):
+                target, when = skipped(state, skip, facts)
+                moved.update(condition_type="skip_if", skip_if_matched=skip)
+            else:
+                target, when, blocked = resolve(state, facts, view.has_evidence, results)
+                if target is None:
+                    return self.respond(advanced=advanced, blocking=blocked, action=when)
             if not fresh:
                 if view.current in left_without_evidence:
                     raise KotoError(
@@ -291,7 +244,7 @@ class Ticker:
                         "without evidence",
                     )
                 left_without_evidence.add(view.current)
-            moved = {"from": view.current, "to": target, "when": when}
+            moved.update(to=target, when=when)
             view.fold(append(self.run, "transitioned", **moved))
             advanced, fresh = True, False
         raise KotoError(
@@ -368,15 +321,18 @@ class Ticker:
         return response
 
 
-def resolve(
-    state: dict[str, Any],
-    evidence: dict[str, Any],
-    has_evidence: bool,
-    results: dict[str, GateResult],
-) -> tuple[str | None, Any, list[dict[str, Any]]]:
-    """(target, matched `when`, []) to move, or (None, action, blocking conditions) to stop."""
+def _facts(
+    evidence: dict[str, Any], results: dict[str, GateResult], values: dict[str, str]
+) -> dict[str, Any]:
+    """What `when` and `skip_if` test: the evidence, `gates.<name>` and `vars.<NAME>`."""
     facts: dict[str, Any] = dict(evidence)
     facts["gates"] = {name: result.output for name, result in results.items()}
+    facts["vars"] = values
+    return facts
+
+
+def _matching(state: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The one conditional transition whose `when` holds, or None; two is a template error."""
     transitions = state.get("transitions", [])
     matched = [t for t in transitions if "when" in t and _matches(t["when"], facts)]
     if len(matched) > 1:
@@ -386,8 +342,36 @@ def resolve(
             + ", ".join(t["target"] for t in matched)
             + ")",
         )
-    if matched:
-        return matched[0]["target"], matched[0]["when"], []
+    return matched[0] if matched else None
+
+
+def skipped(state: dict[str, Any], skip: dict[str, Any], facts: dict[str, Any]) -> tuple[str, Any]:
+    """(target, matched `when`) of a state skipped by its `skip_if`: the conditions count as
+    evidence, and the transition they select, else the fallback, is taken."""
+    facts = dict(facts)
+    facts.update((key, value) for key, value in skip.items() if "." not in key)
+    matched = _matching(state, facts)
+    if matched is not None:
+        return matched["target"], matched["when"]
+    fallback = next((t for t in state.get("transitions", []) if "when" not in t), None)
+    if fallback is None:
+        raise KotoError(
+            "template_error", "skip_if holds but selects no transition and there is no fallback"
+        )
+    return fallback["target"], None
+
+
+def resolve(
+    state: dict[str, Any],
+    facts: dict[str, Any],
+    has_evidence: bool,
+    results: dict[str, GateResult],
+) -> tuple[str | None, Any, list[dict[str, Any]]]:
+    """(target, matched `when`, []) to move, or (None, action, blocking conditions) to stop."""
+    transitions = state.get("transitions", [])
+    matched = _matching(state, facts)
+    if matched is not None:
+        return matched["target"], matched["when"], []
     blocking = [
         {
             "agent_actionable": False,
@@ -417,12 +401,17 @@ def resolve(
 
 def _matches(when: dict[str, Any], facts: dict[str, Any]) -> bool:
     """Every condition holds: the value at its dot path equals it exactly (1 and 1.0 are equal,
-    true and 1 are not)."""
+    true and 1 are not); `vars.<NAME>: {is_set: B}` holds when the variable's value is
+    non-empty exactly when B is true."""
     missing = object()
     for path, expected in when.items():
         value: Any = facts
         for part in path.split("."):
             value = value.get(part, missing) if isinstance(value, dict) else missing
+        if isinstance(expected, dict) and path.startswith("vars."):
+            if (value is not missing and value != "") != expected.get("is_set"):
+                return False
+            continue
         same_type = type(value) is type(expected) or (_is_number(value) and _is_number(expected))
         if value is missing or not same_type or value != expected:
             return False

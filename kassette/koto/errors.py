@@ -6,16 +6,35 @@ error), 1 transient, try again (another writer holds the session, a name collisi
 past the start), 2 the caller's mistake (bad evidence, name, variable or flag; a finished
 session; a tick from outside the session's directory or from inside one of its own gates),
 3 infrastructure or template (a template that does not compile or was tampered with, a corrupt
-journal, storage failing, a session directory that no longer exists).
+journal, storage failing, an output that cannot be written, a session directory that no longer
+exists).
+
+`from_kassette` is the one place a failure from the layers below (a kassette error, an
+OSError) becomes a koto error.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kassette.errors import KassetteError
+from kassette.errors import (
+    CancelledError,
+    FencedError,
+    JournalCorruptionError,
+    KassetteError,
+    RunLockedError,
+    StorageError,
+    TerminalRunError,
+)
 
-__all__ = ["EXIT_CALLER", "EXIT_INFRASTRUCTURE", "EXIT_OK", "EXIT_RETRY", "KotoError"]
+__all__ = [
+    "EXIT_CALLER",
+    "EXIT_INFRASTRUCTURE",
+    "EXIT_OK",
+    "EXIT_RETRY",
+    "KotoError",
+    "from_kassette",
+]
 
 EXIT_OK = 0
 EXIT_RETRY = 1
@@ -40,6 +59,7 @@ _EXIT_CODES = {
     "usage": EXIT_CALLER,
     "template_error": EXIT_INFRASTRUCTURE,
     "persistence_error": EXIT_INFRASTRUCTURE,
+    "output_error": EXIT_INFRASTRUCTURE,
     "execution_anchor_unresolvable": EXIT_INFRASTRUCTURE,
     "context_missing": EXIT_INFRASTRUCTURE,
     "internal_error": EXIT_INFRASTRUCTURE,
@@ -66,3 +86,25 @@ class KotoError(KassetteError):
     @property
     def exit_code(self) -> int:
         return _EXIT_CODES[self.code]
+
+
+def from_kassette(exc: BaseException, name: str | None = None) -> KotoError:
+    """The koto error for a failure underneath koto; a KotoError is returned as it is.
+
+    `name` is the session the failure concerns, if one does."""
+    if isinstance(exc, KotoError):
+        return exc
+    session = f"session {name!r}" if name is not None else "the session store"
+    if isinstance(exc, CancelledError):
+        return KotoError("terminal_state", f"{session} was cancelled")
+    if isinstance(exc, TerminalRunError):
+        return KotoError("terminal_state", f"{session} has ended")
+    if isinstance(exc, FencedError | RunLockedError):
+        return KotoError(
+            "concurrent_access", f"another koto command wrote to {session}: {exc}; retry"
+        )
+    if isinstance(exc, JournalCorruptionError):
+        return KotoError("persistence_error", f"corrupt session journal: {exc}")
+    if isinstance(exc, StorageError | OSError):
+        return KotoError("persistence_error", f"storage failed: {exc}")
+    return KotoError("persistence_error", str(exc))

@@ -7,6 +7,9 @@ single- and double-quoted scalars (also over several lines), literal and folded 
 schema does: null, booleans, integers and floats; everything else is a string. Anchors,
 aliases, tags, complex keys and multiple documents are refused with the line they are on.
 
+Nesting is limited to `MAX_DEPTH` levels (block and flow collections each), so no template
+can exhaust the interpreter's stack.
+
 Every mapping and list remembers the line it starts on and the line of each of its keys or
 items (`Mapping.lines`, `Sequence.lines`), so the template compiler can name lines in errors.
 """
@@ -18,7 +21,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Mapping", "Sequence", "YamlError", "parse"]
+__all__ = ["MAX_DEPTH", "Mapping", "Sequence", "YamlError", "parse"]
+
+MAX_DEPTH = 64
 
 
 class YamlError(ValueError):
@@ -145,6 +150,7 @@ class _Parser:
         self.raw_lines = raw_lines
         self.first_line = first_line
         self.position = 0
+        self.depth = 0
 
     def _current(self) -> _Line | None:
         return self.lines[self.position] if self.position < len(self.lines) else None
@@ -153,11 +159,17 @@ class _Parser:
         """The block node whose lines start at the current line, indented `indent`."""
         line = self._current()
         assert line is not None and line.indent == indent
-        if _is_item(line.text):
-            return self._sequence(indent)
-        if _split_key(line.text, line.number) is not None:
-            return self._mapping(indent)
-        return self._inline_value(line.text, line, indent - 1)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise YamlError(f"nested more than {MAX_DEPTH} levels deep", line.number)
+            if _is_item(line.text):
+                return self._sequence(indent)
+            if _split_key(line.text, line.number) is not None:
+                return self._mapping(indent)
+            return self._inline_value(line.text, line, indent - 1)
+        finally:
+            self.depth -= 1
 
     def _sequence(self, indent: int) -> Sequence:
         first = self.lines[self.position]
@@ -425,6 +437,7 @@ class _Flow:
         self.text = text
         self.number = number
         self.index = 0
+        self.depth = 0
 
     def _skip(self) -> None:
         while self.index < len(self.text) and self.text[self.index] == " ":
@@ -449,10 +462,14 @@ class _Flow:
 
     def value(self) -> Any:
         char = self._peek()
-        if char == "[":
-            return self._list()
-        if char == "{":
-            return self._mapping()
+        if char in "[{":
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    raise YamlError(f"nested more than {MAX_DEPTH} levels deep", self.number)
+                return self._list() if char == "[" else self._mapping()
+            finally:
+                self.depth -= 1
         if char in "\"'":
             value, self.index = _quoted(self.text, self.index, self.number)
             return value

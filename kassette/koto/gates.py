@@ -18,10 +18,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-__all__ = ["GateResult", "evaluate", "substitute"]
+__all__ = ["REFERENCE", "GateResult", "evaluate", "substitute"]
 
 Status = Literal["passed", "failed", "timed_out", "error"]
-_REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")  # a `{{VARIABLE}}`
 
 
 class GateResult:
@@ -57,7 +57,7 @@ def substitute(text: str, values: Mapping[str, str], *, quote: bool = False) -> 
             return shlex.quote(value)
         return value
 
-    return _REFERENCE.sub(replace, text)
+    return REFERENCE.sub(replace, text)
 
 
 def evaluate(

@@ -1,8 +1,8 @@
 """Names koto accepts: session names and context keys, and where a session's local files go.
 
-A session name becomes a kassette run id, so it follows koto's pattern and the run-id limit.
-A context key is a relative `/`-separated path. Both are checked before anything touches a
-backend.
+A session name becomes a kassette run id (`koto-NAME.state`), so it follows koto's pattern
+and fits the run-id limit. A context key is a relative `/`-separated path. Both are checked
+here, and only here, before anything touches a backend.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 from kassette.koto.errors import KotoError
 
-__all__ = ["MAX_KEY_LENGTH", "NAME_PATTERN", "check_key", "session_dir", "validate_name"]
+__all__ = ["MAX_KEY_LENGTH", "NAME_PATTERN", "session_dir", "validate_key", "validate_name"]
 
 NAME_PATTERN = "^[a-zA-Z0-9][a-zA-Z0-9._-]*$"
 NAME = re.compile(NAME_PATTERN[1:-1])
-_MAX_NAME = 200  # a kassette run id holds at most 200 characters
+_MAX_NAME = 200 - len("koto-.state")  # the run id `koto-NAME.state` holds at most 200
 MAX_KEY_LENGTH = 255
 
 
@@ -32,8 +32,8 @@ def validate_name(name: str) -> str:
     return name
 
 
-def check_key(key: str) -> str:
-    """A context key: relative, `/`-separated, no empty, `.` or `..` parts; raises ValueError."""
+def validate_key(key: str) -> str:
+    """A context key: relative, `/`-separated, no empty, `.` or `..` parts (`invalid_key`)."""
     problem = None
     if not key or len(key) > MAX_KEY_LENGTH:
         problem = f"keys have 1-{MAX_KEY_LENGTH} characters"
@@ -44,7 +44,7 @@ def check_key(key: str) -> str:
     elif any(part in ("", ".", "..") for part in key.split("/")):
         problem = "key parts may not be empty, '.' or '..'"
     if problem:
-        raise ValueError(f"invalid context key {key!r}: {problem}")
+        raise KotoError("invalid_key", f"invalid context key {key!r}: {problem}")
     return key
 
 

@@ -3,16 +3,16 @@
 After kassette's `start` entries (one per command that writes; the first holds the template's
 name, version and SHA-256, and the variables), the journal holds koto's own entry types:
 `transitioned` / `directed_transition` / `rewound` (the state changes), `evidence_submitted`,
-`gate_evaluated`, `instructions_delivered`, `context_added` / `context_removed`,
-`execution_anchor_adopted`; kassette's `cancel` ends it. The first `start` entry also records
-the session's *execution anchor*: the directory `koto init` ran in, where gates run. Nothing is
-ever rewritten: the current state, the evidence that counts and the context keys are derived
-by folding the entries in order (`SessionView`).
+`gate_evaluated`, `instructions_delivered`, `decision_recorded`, `context_added` /
+`context_removed`, `execution_anchor_adopted`; kassette's `cancel` ends it. The first `start`
+entry also records the session's *execution anchor*: the directory `koto init` ran in, where
+gates run. Nothing is ever rewritten: the current state, the evidence and decisions that
+count and the context keys are derived by folding the entries in order (`SessionView`).
 
 *Arrivals* form a stack: every transition pushes the state it arrives at and every rewind pops
 one, so each rewind goes back one more arrival. The *epoch* is everything after the entry that
 arrived at the current state: only evidence submitted in it counts, so evidence from before a
-rewind stays in the journal but not in the decision.
+rewind stays in the journal but not in the decision (and so do recorded decisions).
 
 Every command that writes opens a fenced kassette session (`open_run`: the storage lock, and
 compare-and-swap appends), waiting a little for another writer, so two agents calling koto at
@@ -29,21 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from kassette.core import Run, open_run, read_journal
-from kassette.errors import (
-    CancelledError,
-    FencedError,
-    JournalCorruptionError,
-    KassetteError,
-    RunLockedError,
-    RunNotFoundError,
-    StorageError,
-    TerminalRunError,
-)
+from kassette.errors import KassetteError, RunLockedError, RunNotFoundError
 from kassette.journal import Journal
-from kassette.koto.errors import KotoError
+from kassette.koto.errors import KotoError, from_kassette
 from kassette.koto.gates import substitute
 from kassette.koto.names import session_dir, validate_name
-from kassette.koto.store import SessionStore
+from kassette.koto.store import Sessions, session_name
 from kassette.koto.template import Template
 
 __all__ = [
@@ -85,6 +76,7 @@ class SessionView:
         self.arrivals = [initial]
         self.evidence: dict[str, Any] = {}
         self.has_evidence = False
+        self.decisions: list[dict[str, Any]] = []  # recorded in the current epoch
         self.delivered = False  # the current state's details went out since it was arrived at
         self.context: dict[str, dict[str, Any]] = {}
         self.cancelled = False
@@ -117,12 +109,14 @@ class SessionView:
                 self.arrivals = [target]
             else:
                 self.arrivals.append(target)
-            self.evidence, self.has_evidence = {}, False  # a new epoch
+            self.evidence, self.has_evidence, self.decisions = {}, False, []  # a new epoch
             if kind == "rewound" or source != target:  # a self-loop repeats no details
                 self.delivered = False
         elif kind == "evidence_submitted" and entry.get("state") == self.current:
             self.evidence.update(entry.get("fields") or {})
             self.has_evidence = True
+        elif kind == "decision_recorded" and entry.get("state") == self.current:
+            self.decisions.append(entry)
         elif kind == "instructions_delivered" and entry.get("state") == self.current:
             self.delivered = True
         elif kind == "context_added":
@@ -142,20 +136,21 @@ class SessionView:
         return values
 
 
-def read(store: SessionStore, name: str) -> Journal:
+def read(store: Sessions, name: str) -> Journal:
     """The session's journal; `workflow_not_initialized` when there is none."""
+    storage, run_id = store.journal(name)
     try:
-        return read_journal(store.storage(validate_name(name)), name)
+        return read_journal(storage, run_id)
     except RunNotFoundError:
         raise KotoError(
             "workflow_not_initialized",
             f"no session named {name!r}: start one with `koto init {name} --template T.md`",
         ) from None
     except KassetteError as exc:
-        raise _infrastructure(exc) from exc
+        raise from_kassette(exc, name) from exc
 
 
-def load(store: SessionStore, name: str, journal: Journal | None = None) -> SessionView:
+def load(store: Sessions, name: str, journal: Journal | None = None) -> SessionView:
     """The session's state, with its stored template checked against the recorded SHA-256."""
     journal = journal or read(store, name)
     start = journal.first_start or {}
@@ -176,7 +171,7 @@ def load(store: SessionStore, name: str, journal: Journal | None = None) -> Sess
     return view
 
 
-def load_template(store: SessionStore, name: str, recorded: dict[str, Any]) -> Template:
+def load_template(store: Sessions, name: str, recorded: dict[str, Any]) -> Template:
     """The compiled template stored with the session, if it still hashes as at init."""
     expected, path = recorded.get("sha256"), recorded.get("file")
     if not isinstance(expected, str) or not isinstance(path, str):
@@ -204,14 +199,14 @@ def load_template(store: SessionStore, name: str, recorded: dict[str, Any]) -> T
 # -- writing a session -------------------------------------------------------------------------
 
 
-def open_session(store: SessionStore, name: str) -> Run:
+def open_session(store: Sessions, name: str) -> Run:
     """A new fenced session of the run; waits up to LOCK_WAIT_SECONDS for another writer."""
-    storage = store.storage(name)
+    storage, run_id = store.journal(name)
     deadline = time.monotonic() + _lock_wait()
     delay = 0.02
     while True:
         try:
-            run = open_run(storage, name)
+            run = open_run(storage, run_id)
         except RunLockedError as exc:
             if time.monotonic() >= deadline:
                 raise KotoError(
@@ -222,7 +217,7 @@ def open_session(store: SessionStore, name: str) -> Run:
             delay = min(delay * 2, 0.2)
             continue
         except KassetteError as exc:
-            raise _translate(exc, name) from exc
+            raise from_kassette(exc, name) from exc
         if run.session == 1:  # the session was removed since we read it: we just created it
             run.close()
             store.remove(name)
@@ -245,34 +240,14 @@ def append(run: Run, kind: str, **fields: Any) -> dict[str, Any]:
     try:
         return run.append_entry(kind, fields)
     except KassetteError as exc:
-        raise _translate(exc, run.run_id) from exc
-
-
-def _translate(exc: KassetteError, name: str) -> KotoError:
-    if isinstance(exc, CancelledError):
-        return KotoError("terminal_state", f"session {name!r} was cancelled")
-    if isinstance(exc, TerminalRunError):
-        return KotoError("terminal_state", f"session {name!r} has ended")
-    if isinstance(exc, FencedError | RunLockedError):
-        return KotoError(
-            "concurrent_access", f"another koto command wrote to session {name!r}: {exc}; retry"
-        )
-    return _infrastructure(exc)
-
-
-def _infrastructure(exc: KassetteError) -> KotoError:
-    if isinstance(exc, JournalCorruptionError):
-        return KotoError("persistence_error", f"corrupt session journal: {exc}")
-    if isinstance(exc, StorageError):
-        return KotoError("persistence_error", f"storage failed: {exc}")
-    return KotoError("persistence_error", str(exc))
+        raise from_kassette(exc, session_name(run.run_id)) from exc
 
 
 # -- init ----------------------------------------------------------------------------------------
 
 
 def init(
-    store: SessionStore,
+    store: Sessions,
     name: str,
     template: Template,
     source: str,
@@ -288,11 +263,11 @@ def init(
     if not os.path.isdir(anchor):
         raise KotoError("usage", f"--execution-dir {execution_dir!r} is not a directory")
     variables = resolve_variables(template, assignments)
-    storage = store.storage(name)
+    storage, run_id = store.journal(name)
     try:
-        exists = storage.read(name) is not None
+        exists = storage.read(run_id) is not None
     except KassetteError as exc:
-        raise _infrastructure(exc) from exc
+        raise from_kassette(exc, name) from exc
     if exists:
         raise _collision(name)
     file = f"template-{template.sha256}.json"
@@ -311,7 +286,7 @@ def init(
         "execution_dir": anchor,
     }
     try:
-        run = open_run(storage, name, metadata=metadata, version=template.data["version"])
+        run = open_run(storage, run_id, metadata=metadata, version=template.data["version"])
     except KassetteError as exc:  # another init of the same name won the race
         raise _collision(name) from exc
     with run:
@@ -365,7 +340,7 @@ def resolve_variables(template: Template, assignments: list[str]) -> dict[str, s
 # -- rewind, cancel, status ----------------------------------------------------------------------
 
 
-def rewind(store: SessionStore, name: str) -> dict[str, Any]:
+def rewind(store: Sessions, name: str) -> dict[str, Any]:
     """Go back one arrival: append `rewound`; earlier evidence stays in the journal."""
 
     def check(view: SessionView) -> None:
@@ -386,7 +361,7 @@ def rewind(store: SessionStore, name: str) -> dict[str, Any]:
     return {"name": name, "state": target}
 
 
-def cancel(store: SessionStore, name: str, *, cleanup: bool = False) -> dict[str, Any]:
+def cancel(store: Sessions, name: str, *, cleanup: bool = False) -> dict[str, Any]:
     """End the session (kassette's `cancel` entry); `cleanup` also deletes it."""
 
     def check(view: SessionView) -> None:
@@ -404,13 +379,13 @@ def cancel(store: SessionStore, name: str, *, cleanup: bool = False) -> dict[str
         try:
             run.cancel(_CANCEL_REASON)
         except KassetteError as exc:
-            raise _translate(exc, name) from exc
+            raise from_kassette(exc, name) from exc
     if cleanup:
         store.remove(name)
     return {"name": name, "state": view.current, "cancelled": True, "cleaned_up": cleanup}
 
 
-def status(store: SessionStore, name: str) -> dict[str, Any]:
+def status(store: Sessions, name: str) -> dict[str, Any]:
     """The session's state and, unless it ended, what `next` would ask for. Writes nothing."""
     journal = read(store, validate_name(name))
     metadata = (journal.first_start or {}).get("metadata") or {}
@@ -446,7 +421,7 @@ def status(store: SessionStore, name: str) -> dict[str, Any]:
     return result
 
 
-def session_rows(store: SessionStore) -> list[dict[str, Any]]:
+def session_rows(store: Sessions) -> list[dict[str, Any]]:
     """One row per session for `koto session list`."""
     rows = []
     for name in store.names():

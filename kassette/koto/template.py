@@ -20,14 +20,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from kassette.koto.errors import KotoError
 
-__all__ = ["FORMAT_VERSION", "SIMPLE_FORM_FIELD", "Template", "TemplateError"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_TEMPLATE_BYTES",
+    "SIMPLE_FORM_FIELD",
+    "Template",
+    "TemplateError",
+    "read_source",
+]
 
 FORMAT_VERSION = 1
 SIMPLE_FORM_FIELD = "transition"
+MAX_TEMPLATE_BYTES = 1 << 20
 
 
 class TemplateError(KotoError):
@@ -54,6 +65,31 @@ class TemplateError(KotoError):
             f"{self.path}:{line}: {message}" if line else f"{self.path}: {message}"
             for line, message in self.problems
         ]
+
+
+def read_source(path: str | Path) -> bytes:
+    """The bytes of the template file at `path`: a regular file of at most MAX_TEMPLATE_BYTES
+    (a device, FIFO or directory is refused without reading it); `TemplateError` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as exc:
+        raise TemplateError(str(path), [(0, f"cannot read template: {exc}")]) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TemplateError(str(path), [(0, "a template must be a regular file")])
+        chunks, size = [], 0
+        while size <= MAX_TEMPLATE_BYTES and (chunk := os.read(fd, MAX_TEMPLATE_BYTES + 1)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise TemplateError(str(path), [(0, f"cannot read template: {exc}")]) from exc
+    finally:
+        os.close(fd)
+    if size > MAX_TEMPLATE_BYTES:
+        raise TemplateError(
+            str(path), [(0, f"the template is larger than {MAX_TEMPLATE_BYTES} bytes")]
+        )
+    return b"".join(chunks)
 
 
 class Template:

@@ -5,6 +5,11 @@ journal with a version token, append bytes only if the journal is still at that 
 (compare-and-swap), list run ids, and lock a run for one session. Everything else (framing,
 offsets, session fencing, status) is policy in `kassette.journal` and `kassette.core`, so every
 backend gets it for free. Backends are found by URL scheme and imported lazily.
+
+Some backends also keep *objects* beside a run's journal (files an application stores with a
+run: kassette.koto's templates and context content): `ObjectStorage` is that capability, four
+more methods that `LocalStorage` and `S3Storage` implement; the `Storage` protocol itself keeps
+its four.
 """
 
 from __future__ import annotations
@@ -18,9 +23,18 @@ from typing import Protocol, runtime_checkable
 
 from kassette.errors import InvalidArgumentError
 
-__all__ = ["Snapshot", "Storage", "open_storage", "register_scheme", "validate_run_id"]
+__all__ = [
+    "ObjectStorage",
+    "Snapshot",
+    "Storage",
+    "open_storage",
+    "register_scheme",
+    "validate_object_name",
+    "validate_run_id",
+]
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+MAX_OBJECT_NAME = 1000  # characters; S3 keys hold 1024 bytes with the prefix
 
 
 def validate_run_id(run_id: object) -> str:
@@ -31,6 +45,24 @@ def validate_run_id(run_id: object) -> str:
             " or digit"
         )
     return run_id
+
+
+def validate_object_name(name: object) -> str:
+    """Return `name` if it is a relative `/`-separated object name that cannot escape or alias
+    its run's place (no empty, `.` or `..` segments, no `\\` or control characters), else raise
+    `InvalidArgumentError` before any I/O."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"invalid object name {name!r}: not a string")
+    problem = None
+    if not name or len(name) > MAX_OBJECT_NAME:
+        problem = f"use 1-{MAX_OBJECT_NAME} characters"
+    elif any(part in ("", ".", "..") for part in name.split("/")):
+        problem = "empty, '.' and '..' segments are not allowed"
+    elif any(ord(char) < 0x20 or char in "\\\x7f" for char in name):
+        problem = "control characters and '\\' are not allowed"
+    if problem is not None:
+        raise InvalidArgumentError(f"invalid object name {name!r}: {problem}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -68,6 +100,32 @@ class Storage(Protocol):
         Backends without locks (object storage) return a no-op: session fencing alone keeps
         their journals consistent.
         """
+        ...
+
+
+@runtime_checkable
+class ObjectStorage(Storage, Protocol):
+    """A `Storage` that also keeps objects beside each run's journal.
+
+    Object names are checked with `validate_object_name` (and run ids with `validate_run_id`)
+    before any I/O; failures raise `StorageError`. A write replaces the object atomically: a
+    reader sees the old bytes or the new ones, never a mix.
+    """
+
+    def read_object(self, run_id: str, name: str) -> bytes | None:
+        """The object `name` beside run `run_id`'s journal; None if there is none."""
+        ...
+
+    def write_object(self, run_id: str, name: str, data: bytes) -> None:
+        """Store `data` as the object `name` beside run `run_id`'s journal, replacing any."""
+        ...
+
+    def object_url(self, run_id: str, name: str) -> str:
+        """Where the object is (a path or URL), for people to read."""
+        ...
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete the run's journal and every object beside it; a missing run is no error."""
         ...
 
 

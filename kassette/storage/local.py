@@ -11,6 +11,11 @@ close per session, not per append); flock and the size check are the same either
 A `LocalStorage` pickles as its path, so a process pool or a Dask worker on a shared
 filesystem can write the same journals.
 
+Objects beside a run (`ObjectStorage`) are files under `{path}/{runId}/`: each write goes to a
+temporary file in the same directory, is fsynced and renamed over the object, then the
+directory is fsynced (`replace_file`), so a reader or a crash sees the old bytes or the new.
+`delete_run` removes the journal, the objects and a lock nobody holds.
+
 `{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
 `link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
 is reclaimed (under a directory `flock`, so two reclaimers cannot both win).
@@ -22,14 +27,15 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from kassette.errors import ConflictError, RunLockedError, StorageError
-from kassette.storage import Snapshot, validate_run_id
+from kassette.storage import Snapshot, validate_object_name, validate_run_id
 
-__all__ = ["LocalStorage"]
+__all__ = ["LocalStorage", "replace_file"]
 
 _SUFFIX = ".jsonl"
 
@@ -169,6 +175,73 @@ class LocalStorage:
                 os.close(directory)
         finally:
             temporary.unlink(missing_ok=True)
+
+    # -- objects beside a run (ObjectStorage) ---------------------------------------------------
+
+    def _object(self, run_id: str, name: str) -> Path:
+        return self.path / validate_run_id(run_id) / validate_object_name(name)
+
+    def read_object(self, run_id: str, name: str) -> bytes | None:
+        """The object `name` beside run `run_id`'s journal; None if there is none."""
+        path = self._object(run_id, name)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc}", run_id=run_id) from exc
+
+    def write_object(self, run_id: str, name: str, data: bytes) -> None:
+        """Store `data` as the object `name` beside run `run_id`'s journal, atomically."""
+        path = self._object(run_id, name)
+        try:
+            replace_file(path, data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}", run_id=run_id) from exc
+
+    def object_url(self, run_id: str, name: str) -> str:
+        """The object's absolute path, for people to read."""
+        return str(self._object(run_id, name).absolute())
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete the run's journal, its objects and its lock if no live process holds it."""
+        journal = Path(self._journal(run_id))
+        lock = self.path / f"{run_id}.lock"
+        try:
+            journal.unlink(missing_ok=True)
+            shutil.rmtree(self.path / run_id, ignore_errors=False)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageError(f"cannot delete run {run_id}: {exc}", run_id=run_id) from exc
+        holder = _read_holder(lock)
+        if holder is not None and not _is_alive(holder):
+            lock.unlink(missing_ok=True)
+
+
+def replace_file(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Write `data` to `path` atomically and durably: a temporary file beside it, fsynced,
+    renamed over it, and the directory fsynced. Creates missing parent directories; `mode`
+    sets the file's permissions. Raises OSError, leaving no temporary file behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        fd = os.open(temporary, flags, 0o666 if mode is None else 0o600)
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
 
 
 class _OpenJournal:

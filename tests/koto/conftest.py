@@ -113,10 +113,13 @@ class Koto:
     def session_dir(self, name: str) -> Path:
         return self.home / "sessions" / name
 
+    def journal_path(self, name: str) -> Path:
+        """The session's journal file: upstream's `koto-NAME.state.jsonl`."""
+        return self.session_dir(name) / f"koto-{name}.state.jsonl"
+
     def journal(self, name: str) -> list[dict[str, Any]]:
         """The session's journal entries, read straight from the file."""
-        path = self.session_dir(name) / f"{name}.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()]
+        return [json.loads(line) for line in self.journal_path(name).read_text().splitlines()]
 
     def entries(self, name: str, kind: str) -> list[dict[str, Any]]:
         return [entry for entry in self.journal(name) if entry["type"] == kind]

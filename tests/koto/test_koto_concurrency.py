@@ -14,8 +14,7 @@ WAIT = 60  # seconds a test waits for its processes, far above what they need
 
 def check_journal(koto: Koto, name: str) -> Journal:
     """The journal parses, and each kassette session's entries are contiguous."""
-    path = koto.session_dir(name) / f"{name}.jsonl"
-    journal = Journal.parse(path.read_bytes(), name)
+    journal = Journal.parse(koto.journal_path(name).read_bytes(), f"koto-{name}.state")
     sessions = [entry["session"] for entry in journal.entries]
     assert sessions == sorted(sessions)
     return journal

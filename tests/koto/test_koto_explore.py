@@ -31,13 +31,17 @@ def drive(koto: Koto) -> None:
 def test_the_kassette_command_reads_a_session(koto: Koto) -> None:
     drive(koto)
     storage = f"file:{koto.session_dir('job')}"
-    dumped = kassette(koto, "--storage", storage, "dump", "job")
+    dumped = kassette(koto, "--storage", storage, "dump", "koto-job.state")
     assert dumped.returncode == 0
-    assert dumped.stdout == (koto.session_dir("job") / "job.jsonl").read_bytes()
-    status = json.loads(kassette(koto, "--storage", storage, "status", "job").stdout)
-    assert (status["runId"], status["status"], status["version"]) == ("job", "running", "1.0")
+    assert dumped.stdout == koto.journal_path("job").read_bytes()
+    status = json.loads(kassette(koto, "--storage", storage, "status", "koto-job.state").stdout)
+    assert (status["runId"], status["status"], status["version"]) == (
+        "koto-job.state",
+        "running",
+        "1.0",
+    )
     koto.ok("cancel", "job")
-    status = json.loads(kassette(koto, "--storage", storage, "status", "job").stdout)
+    status = json.loads(kassette(koto, "--storage", storage, "status", "koto-job.state").stdout)
     assert status["status"] == "canceled"
 
 
@@ -66,4 +70,4 @@ def test_explore_loads_a_session(koto: Koto) -> None:
     moved = entries[entries["type"] == "transitioned"].iloc[1]
     assert json.loads(moved["value"])["to"] == "build"
     [run] = journals.runs.to_dict("records")
-    assert (run["run_id"], run["status"], run["sessions"]) == ("job", "running", 4)
+    assert (run["run_id"], run["status"], run["sessions"]) == ("koto-job.state", "running", 4)

@@ -328,7 +328,7 @@ def test_koto_home_defaults_to_dot_koto_in_home(koto: Koto) -> None:
     template = koto.template("lifecycle")
     koto.ok("init", "job", "--template", template, "--var", TASK, KOTO_HOME="")
     default = koto.root / "home" / ".koto" / "sessions" / "job"
-    assert (default / "job.jsonl").exists()
+    assert (default / "koto-job.state.jsonl").exists()
     assert not koto.session_dir("job").exists()
     assert koto("session", "dir", "job", KOTO_HOME="").stdout.decode() == f"{default}\n"
 
@@ -336,7 +336,7 @@ def test_koto_home_defaults_to_dot_koto_in_home(koto: Koto) -> None:
 def test_a_corrupt_journal_is_exit_3(koto: Koto) -> None:
     koto.ok("init", "job", "--template", koto.template("lifecycle"), "--var", TASK)
     koto.ok("next", "job", "--with-data", '{"approach": "x"}')
-    path = koto.session_dir("job") / "job.jsonl"
+    path = koto.journal_path("job")
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join([*lines[:2], b"{not json\n", *lines[3:]]))
     result = koto("next", "job")

@@ -95,7 +95,7 @@ def test_item1_gates_run_at_the_execution_anchor_and_other_trees_are_refused(
 
 def test_item1_a_session_without_an_anchor_adopts_the_first_ticks_directory(koto: Koto) -> None:
     koto.ok("init", "old", "--template", str(koto.write("anchored.md", ANCHORED)))
-    journal = koto.session_dir("old") / "old.jsonl"
+    journal = koto.journal_path("old")
     first, rest = journal.read_bytes().split(b"\n", 1)
     start = json.loads(first)
     del start["metadata"]["execution_dir"]  # as sessions started before anchors were

@@ -1,0 +1,48 @@
+"""Decisions: the choices an agent records inside a state, as an audit trail.
+
+`koto decisions record NAME --with-data '{"choice", "rationale", "alternatives_considered"?}'`
+journals `decision_recorded {state, decision}` without moving the machine; `koto decisions
+list NAME` gives the decisions of the current epoch. Like evidence, a decision belongs to the
+epoch it was recorded in: after a rewind out of the state (or any other arrival) the earlier
+decisions stay in the journal but leave the list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kassette.koto import evidence
+from kassette.koto.errors import KotoError
+from kassette.koto.session import SessionView, append, load, open_session
+from kassette.koto.store import Sessions
+
+__all__ = ["listed", "record"]
+
+
+def _check(view: SessionView) -> None:
+    if view.cancelled:
+        raise KotoError("terminal_state", f"session {view.name!r} was cancelled")
+    if view.is_terminal:
+        raise KotoError(
+            "terminal_state", f"session {view.name!r} is at terminal state {view.current!r}"
+        )
+
+
+def record(store: Sessions, name: str, data: str) -> dict[str, Any]:
+    """Record a decision in the current state; `{state, decisions_recorded}` (this epoch's)."""
+    payload = evidence.parse(data)
+    evidence.refuse_reserved(payload)
+    decision = evidence.decision(payload)
+    _check(load(store, name))
+    with open_session(store, name) as run:
+        view = load(store, name, run.journal)
+        _check(view)
+        view.fold(append(run, "decision_recorded", state=view.current, decision=decision))
+    return {"state": view.current, "decisions_recorded": len(view.decisions)}
+
+
+def listed(store: Sessions, name: str) -> dict[str, Any]:
+    """The current epoch's decisions: `{state, decisions: {count, items}}`. Writes nothing."""
+    view = load(store, name)
+    items = [{**entry["decision"], "timestamp": entry.get("timestamp")} for entry in view.decisions]
+    return {"state": view.current, "decisions": {"count": len(items), "items": items}}
