@@ -450,12 +450,13 @@ def _matches_type(field_type: str, value: Any) -> bool:
 
 
 def _decided_by(when: dict[str, Any], skip: dict[str, Any]) -> bool:
-    """Whether a skip's conditions alone decide if `when` matches: it tests no key they lack."""
-    return all(key in skip for key in when)
+    """Whether a skip's conditions alone decide if `when` matches: every key `when` tests is
+    one of theirs, or an evidence field (a state skipped on arrival has no evidence)."""
+    return all(key in skip or "." not in key for key in when)
 
 
 def _selected_by(when: dict[str, Any], skip: dict[str, Any]) -> bool:
-    return all(skip[key] == value for key, value in when.items())
+    return all(key in skip and skip[key] == value for key, value in when.items())
 
 
 def _exclusive(first: dict[str, Any], second: dict[str, Any]) -> bool:

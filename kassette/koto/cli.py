@@ -227,12 +227,23 @@ def _print_bytes(data: bytes) -> None:
 
 
 def _write_output(path: str, data: bytes) -> str:
-    """Write an output file (`--output`, `--to-file`) atomically; its absolute path."""
+    """Write an output file (`--output`, `--to-file`); its absolute path. A file is replaced
+    atomically; a device or pipe there (`/dev/stdout`) is written into as it is."""
+    import stat
+
     from kassette.storage.local import replace_file
 
     target = Path(path).absolute()
     try:
-        replace_file(target, data)
+        try:
+            special = not stat.S_ISREG(os.stat(target).st_mode)
+        except FileNotFoundError:
+            special = False
+        if special and not target.is_dir():
+            with open(target, "wb") as file:
+                file.write(data)
+        else:
+            replace_file(target, data)
     except OSError as exc:
         raise KotoError("output_error", f"cannot write {path}: {exc}") from exc
     return str(target)

@@ -24,10 +24,12 @@ is reclaimed (under a directory `flock`, so two reclaimers cannot both win).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,8 +223,16 @@ class LocalStorage:
 
 def replace_file(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Write `data` to `path` atomically and durably: a temporary file beside it, fsynced,
-    renamed over it, and the directory fsynced. Creates missing parent directories; `mode`
-    sets the file's permissions. Raises OSError, leaving no temporary file behind."""
+    renamed over it, and the directory fsynced. A symlink is followed (the file it names is
+    replaced); anything but a regular file there (a device, a directory) is refused, never
+    renamed over. Creates missing parent directories; `mode` sets the file's permissions.
+    Raises OSError, leaving no temporary file behind."""
+    path = Path(os.path.realpath(path))
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise OSError(errno.EEXIST, "exists and is not a regular file", str(path))
+    except FileNotFoundError:
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -192,6 +193,24 @@ def test_replace_file_sets_the_mode_and_leaves_no_temporary_on_failure(tmp_path:
     with pytest.raises(OSError):
         replace_file(tmp_path / "dir" / "taken", b"x")  # cannot rename over a directory
     assert sorted(os.listdir(tmp_path / "dir")) == ["taken"]
+
+
+def test_replace_file_follows_a_symlink_and_never_renames_over_a_special_file(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "dotfiles" / "config.toml"
+    real.parent.mkdir()
+    real.write_bytes(b"old")
+    link = tmp_path / "config.toml"
+    link.symlink_to(real)
+    replace_file(link, b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        replace_file(fifo, b"x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["config.toml", "dotfiles", "fifo"]
 
 
 WRITER = """
