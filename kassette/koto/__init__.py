@@ -10,6 +10,8 @@ kassette journal in a kassette storage (local files, or S3 with compare-and-swap
 Modules: `template` (the compiled template; `compile_template`), `compiler`, `checks` and
 `frontmatter` (source to compiled JSON, without PyYAML), `session` (a session's state folded
 from its journal; init, rewind, cancel, status), `engine` (`koto next`: the advance loop),
-`gates`, `context` (the content store), `store` (where sessions live: local or S3), `config`,
-`export` (Mermaid and HTML), `errors` and `cli`. Nothing is imported here, to keep `koto` fast.
+`evidence` (what `--with-data` may hold), `decisions`, `gates`, `context` (the content store),
+`store` (where sessions live, over `LocalStorage` or `S3Storage`; `s3store` builds the
+latter), `names`, `config`, `export` (Mermaid and HTML), `errors` and `cli`. Nothing is
+imported here, to keep `koto` fast.
 """

@@ -6,11 +6,13 @@ fences do not count; in the full form only headings naming a declared state star
 and builds the compiled states of the full form or of the simple form. Field checks come from
 `kassette.koto.checks`. Every problem is collected with its line, and reported together.
 
-Two things are warnings, printed by the `koto` command on stderr, not errors: W3, a terminal
-state named like a failure (`block`, `fail`, `error`) without `failure: true`; and, for
-`koto init` or `--allow-legacy-gates`, a *legacy-gate* state: one with gates that no `when`
-condition routes on (`gates.<gate>.<field>`), which just blocks until its gates pass. `koto
-template compile` refuses such a state unless given `--allow-legacy-gates`.
+Some things are warnings, printed by the `koto` command on stderr, not errors: W3, a terminal
+state named like a failure (`block`, `fail`, `error`) without `failure: true`;
+W-SKIP-GATE-ABSENT, a `skip_if` condition on a gate the state does not declare; and, for
+`koto init` or `--allow-legacy-gates`, a *legacy-gate* state: one with gates that no `when` or
+`skip_if` condition routes on (`gates.<gate>.<field>`), which just blocks until its gates pass
+(the warning says `legacy behavior`). `koto template compile` refuses such a state unless given
+`--allow-legacy-gates`.
 """
 
 from __future__ import annotations
