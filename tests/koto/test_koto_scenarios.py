@@ -304,9 +304,7 @@ def test_a_rewind_into_a_skipped_state_skips_it_again(koto: Koto) -> None:
         ),
     ],
 )
-def test_skip_if_is_checked_at_compile_time(
-    koto: Koto, states: str, message: str | None
-) -> None:
+def test_skip_if_is_checked_at_compile_time(koto: Koto, states: str, message: str | None) -> None:
     source = "---\nname: t\nversion: '1'\ninitial_state: a\nvariables:\n  X: {default: ''}\n"
     source += f"states:\n{states}\n---\n## a\nA.\n## b\nB.\n"
     result = koto("template", "compile", str(koto.write("t.md", source)))
