@@ -13,9 +13,17 @@ with `kx.load(storage).entries`, and two figures are printed:
 The journals are written directly in the journal format (`kassette.journal.encode`, one
 create per run), which is what the library writes but without an fsync per entry.
 
-Run from a checkout: `python benchmarks/bench_explore.py` (under a minute) or `--quick` (a
-smoke run of 100 runs). `--dir` picks where the journals go (default: a temporary directory).
-Exit status is 0 when both figures meet their targets, 1 otherwise.
+A second store, a fork forest of 10,000 runs (`--tree-runs`: 500 tasks, each forked 19 times,
+forks of forks among them, a model call per step), gives the explorer's figures:
+
+  tree     building `kx.RunTree` over `kx.load` of the same store (target <= 1x), and the
+           number of widget models it creates (target <= 24: the forest is data, not widgets)
+  export   `kx.export(partition_by=["run_id"])` (one hive-partitioned write) over the
+           single-file Parquet export of the same store (target <= 3x)
+
+Run from a checkout: `python benchmarks/bench_explore.py` (about a minute) or `--quick` (a
+smoke run of 100 runs and a 1,000-run forest). `--dir` picks where the journals go (default:
+a temporary directory). Exit status is 0 when every figure meets its target, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -43,6 +51,9 @@ from kassette.journal import encode, format_timestamp
 
 TIME_TARGET = 2.0
 MEMORY_TARGET = 4.0
+TREE_TARGET = 1.0
+MODELS_TARGET = 24
+EXPORT_TARGET = 3.0
 _TEXT = (
     "The nightly suite fails in the payment client's retry wrapper: a timeout is swallowed and "
     "an empty body returned. Surface the timeout, add a bounded retry with jitter, log the id."
@@ -86,6 +97,91 @@ def journal(run: int, entries: int) -> bytes:
         )
     add("complete", session, result={"resolved": True, "steps": entries - 5})
     return b"".join(encode(line) for line in lines[:entries])
+
+
+def _adder(lines: list[dict[str, Any]], start: float) -> Any:
+    def add(kind: str, session: int, **fields: Any) -> None:
+        stamp = format_timestamp(start + len(lines) * 2.0)
+        entry = {"type": kind, "session": session, "offset": len(lines), "timestamp": stamp}
+        lines.append({**entry, **fields})
+
+    return add
+
+
+def forest_journals(runs: int, steps: int = 6) -> dict[str, bytes]:
+    """A fan-out forest: every 20th run a task, the others forks of it or of an earlier fork."""
+    made: dict[str, bytes] = {}
+    for run in range(runs):
+        task, branch = divmod(run, 20)
+        start = 1_767_225_600.0 + run * 30
+        source = None if branch == 0 else f"task-{task:04d}-{(branch - 1) // 3 * 3:02d}"
+        lines: list[dict[str, Any]] = []
+        add = _adder(lines, start)
+        add("start", 1, metadata={"task": task}, version="bench-v1")
+        session = 1
+        for step in range(steps):
+            if source is not None and step == 2:
+                session = 2
+                add("start", 2, metadata={"task": task}, source={"runId": source, "fromOffset": 3})
+            add(
+                "step",
+                session,
+                stepId=f"chat#{step}",
+                name="chat",
+                result={
+                    "id": f"chatcmpl-{run}-{step}",
+                    "model": "gpt-4o-mini",
+                    "content": _TEXT[: 60 + (run + step) % 90],
+                    "usage": {"prompt_tokens": 300 + step, "completion_tokens": 20 + run % 40},
+                },
+                durationMs=400.0 + (run * 7 + step) % 900,
+            )
+        add("complete", session, result={"score": (run * 37 % 100) / 100})
+        made[f"task-{task:04d}-{branch:02d}"] = b"".join(encode(line) for line in lines)
+    return made
+
+
+def tree_figures(directory: Path, runs: int, repeats: int) -> dict[str, float]:
+    """RunTree build over kx.load (median of paired ratios), its widget models, and the
+    partitioned export over the single-file export."""
+    from ipywidgets.widgets.widget import _instances
+
+    storage = LocalStorage(directory / "forest")
+    for run_id, data in forest_journals(runs).items():
+        storage.append(run_id, data, token=None)
+    ratios, loads, builds, models = [], [], [], 0
+    for _ in range(repeats):
+        began = time.perf_counter()
+        journals = kx.load(storage)
+        loaded = time.perf_counter() - began
+        before = len(_instances)
+        began = time.perf_counter()
+        tree = kx.RunTree(journals)
+        built = time.perf_counter() - began
+        models = len(_instances) - before
+        assert len(tree.nodes) == runs
+        tree.close()
+        loads.append(loaded)
+        builds.append(built)
+        ratios.append(built / loaded)
+    single, partitioned, export_ratios = [], [], []
+    for number in range(max(1, repeats // 2)):
+        began = time.perf_counter()
+        kx.export(storage, directory / f"single-{number}", format="parquet")
+        single.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        kx.export(storage, directory / f"hive-{number}", format="parquet", partition_by=["run_id"])
+        partitioned.append(time.perf_counter() - began)
+        export_ratios.append(partitioned[-1] / single[-1])
+    return {
+        "load": min(loads),
+        "build": min(builds),
+        "tree": statistics.median(ratios),
+        "models": models,
+        "single": min(single),
+        "partitioned": min(partitioned),
+        "export": statistics.median(export_ratios),
+    }
 
 
 def write_store(directory: Path, runs: int, entries: int) -> int:
@@ -152,6 +248,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--entries", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--tree-runs", type=int, default=10_000)
     parser.add_argument("--dir", type=Path, help="where to write the journals")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -164,6 +261,8 @@ def main() -> int:
         size = write_store(root / "journals", runs, args.entries)
         best_load, best_read, ratio = time_ratio(root / "journals", repeats)
         used = memory(root / "journals")
+        tree_runs = 1000 if args.quick else args.tree_runs
+        tree = tree_figures(root, tree_runs, max(2, repeats // 2))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     added = used["peak"] - used["before"]
@@ -176,8 +275,26 @@ def main() -> int:
         f"memory       {added / size:8.2f} x bytes on disk (peak RSS added: {added / 1e6:.0f} MB,"
         f" RSS before: {used['before'] / 1e6:.0f} MB; target <= {MEMORY_TARGET})"
     )
+    print(f"forest       {tree_runs} runs (tasks forked 19 times each)")
+    print(
+        f"tree         {tree['tree']:8.2f} x kx.load (RunTree {tree['build'] * 1000:.0f} ms, "
+        f"kx.load {tree['load'] * 1000:.0f} ms; target <= {TREE_TARGET})"
+    )
+    print(f"models       {tree['models']:8d} widget models (target <= {MODELS_TARGET})")
+    print(
+        f"export       {tree['export']:8.2f} x single file (partitioned "
+        f"{tree['partitioned'] * 1000:.0f} ms, one file {tree['single'] * 1000:.0f} ms; "
+        f"target <= {EXPORT_TARGET})"
+    )
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
-    return 0 if ratio <= TIME_TARGET and added / size <= MEMORY_TARGET else 1
+    met = [
+        ratio <= TIME_TARGET,
+        added / size <= MEMORY_TARGET,
+        tree["tree"] <= TREE_TARGET,
+        tree["models"] <= MODELS_TARGET,
+        tree["export"] <= EXPORT_TARGET,
+    ]
+    return 0 if all(met) else 1
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from kassette.errors import (
     KassetteError,
     RunNotFoundError,
     StorageError,
+    StorageNotFoundError,
 )
 from kassette.journal import Journal
 from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
@@ -60,10 +61,6 @@ _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 
 class UsageError(Exception):
     """The command line itself is wrong: unknown verb or flag, a missing or malformed value."""
-
-
-class StorageNotFoundError(LookupError):
-    """The storage named does not exist (a `file:` directory that is not there)."""
 
 
 class _Parser(argparse.ArgumentParser):

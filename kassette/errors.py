@@ -9,6 +9,7 @@
     ├── EventNameCollisionError  a bare event name matches several pending suspends
     ├── RunNotFoundError         (also a LookupError)
     ├── RunExistsError           a fork into a run id that holds another run
+    ├── StorageNotFoundError     (also a LookupError) a `file:` directory that is not there
     ├── StorageError             I/O failed (transient)
     │   └── ConflictError        a conditional append lost a race (handled inside kassette)
     ├── InvalidArgumentError     (also a ValueError) bad run id, step name, fork point, ...
@@ -42,6 +43,7 @@ __all__ = [
     "RunLockedError",
     "RunNotFoundError",
     "StorageError",
+    "StorageNotFoundError",
     "Suspended",
     "TerminalRunError",
     "VersionMismatchError",
@@ -96,6 +98,10 @@ class RunNotFoundError(KassetteError, LookupError):
 
 class RunExistsError(KassetteError):
     """A fork named a run id that already holds a run other than that same fork."""
+
+
+class StorageNotFoundError(KassetteError, LookupError):
+    """The storage named does not exist (a `file:` directory that is not there)."""
 
 
 class StorageError(KassetteError):

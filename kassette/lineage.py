@@ -15,7 +15,6 @@ millisecond as its source still follows it, then by run id.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -179,7 +178,13 @@ def _grow(
             stack.append((run_id, below))
             stack.extend((child, None) for child in reversed(below))
             continue
-        finished[run_id] = dataclasses.replace(
-            listed[run_id], children=tuple(finished[child] for child in below)
+        run = listed[run_id]  # the constructor, not dataclasses.replace: a third of the cost
+        finished[run_id] = RunNode(
+            run.run_id,
+            run.status,
+            run.parent_run_id,
+            run.fork_offset,
+            run.steps,
+            tuple(finished[child] for child in below),
         )
     return finished[root]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -147,3 +148,15 @@ def test_the_reference_names_every_public_name() -> None:
     reference = (ROOT / "docs" / "reference.md").read_text()
     missing = [n for n in kassette.__all__ if not re.search(rf"`{re.escape(n)}[`(]", reference)]
     assert missing == [], f"docs/reference.md does not mention {missing}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_installs_only_the_package() -> None:
+    """The demo needs only the standard library: no extra (the dev one takes minutes)."""
+    run = [shutil.which("make") or "make", "-n", "-B", "-C", str(ROOT)]
+    demo = subprocess.run([*run, "demo"], capture_output=True, text=True, check=True, timeout=60)
+    installs = [line for line in demo.stdout.splitlines() if "pip install" in line]
+    assert installs and all("[" not in line for line in installs), demo.stdout
+    assert "examples/demo.py" in demo.stdout
+    test = subprocess.run([*run, "test"], capture_output=True, text=True, check=True, timeout=60)
+    assert '-e ".[dev]"' in test.stdout

@@ -6,11 +6,12 @@
     print(kx.lineage(journals))            # the fork forest, as text (and HTML in Jupyter)
     kx.compare(journals, ["plan", "plan-retry"])   # steps side by side, first divergence marked
     kx.RunTree(journals)                   # a widget: click a run to see its entries
+    kx.CompareView(journals, run_ids)      # a widget: many branches side by side, with diffs
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
-Needs the `explore` extra: pandas and pyarrow, and ipywidgets for the two widgets.
+Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ from kassette.explore.frames import ENTRY_SCHEMA, RUN_SCHEMA, Journals, load  # 
 from kassette.explore.lineage import Lineage, RunNode, lineage  # noqa: E402
 
 if TYPE_CHECKING:
-    from kassette.explore.widgets import ForkExplorer, RunTree
+    from kassette.explore.widgets import CompareView, ForkExplorer, RunTree
 
 __all__ = [
     "ENTRY_SCHEMA",
     "RUN_SCHEMA",
     "Branches",
+    "CompareView",
     "ForkExplorer",
     "Journals",
     "Lineage",
@@ -50,7 +52,7 @@ __all__ = [
     "load",
 ]
 
-_WIDGETS = {"ForkExplorer", "RunTree"}
+_WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 
 
 def __getattr__(name: str) -> Any:

@@ -87,6 +87,7 @@ _READ_SCHEMA = pa.schema(
 _PARSE_OPTIONS = pa_json.ParseOptions(
     explicit_schema=_READ_SCHEMA, unexpected_field_behavior="ignore"
 )
+_EVENT_TYPES = pa.array(["suspend", "resume"], pa.string())
 _SCAN_WINDOW = 1 << 22  # bytes searched for newlines at a time
 _MAX_VIEW_BYTES = 1 << 31  # string views address their data with 32-bit offsets
 _CANONICAL = (
@@ -105,10 +106,13 @@ class Batch:
         self.data = bytearray()
         self._sizes: list[int] = []
         self._ends: IntArray | None = None
+        self.versions: dict[str, str] = {}  # run id -> the storage token it was read at
 
-    def add(self, run_id: str, journal: bytes) -> None:
+    def add(self, run_id: str, journal: bytes, token: str | None = None) -> None:
         """Append a run's journal; a torn final line (no newline yet) is left out."""
         complete = journal[: journal.rfind(b"\n") + 1]
+        if token is not None:
+            self.versions[run_id] = token
         self.run_ids.append(run_id)
         self._sizes.append(len(complete))
         self.data += complete
@@ -140,6 +144,7 @@ class Batch:
             (second, self.run_ids[half:], self._sizes[half:], self.data[cut:]),
         ):
             part.run_ids, part._sizes, part.data = runs, sizes, data
+            part.versions = {run: self.versions[run] for run in runs if run in self.versions}
         return first, second
 
 
@@ -206,6 +211,10 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     if payload_starts is None:
         return None
     is_step = pc.equal(kinds, "step")
+    # an upstream suspend or resume names its event only with `name`
+    event_name = pc.if_else(
+        pc.is_in(kinds, _EVENT_TYPES), parsed.column("name"), pa.scalar(None, pa.string())
+    )
     run_ids = pa.array(batch.run_ids, pa.string()).take(
         np.repeat(np.arange(len(batch.run_ids)), counts)
     )
@@ -215,10 +224,10 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         parsed.column("session"),
         kinds,
         timestamps,
-        pc.coalesce(parsed.column("stepId"), parsed.column("eventId")),
+        pc.coalesce(parsed.column("stepId"), parsed.column("eventId"), event_name),
         parsed.column("name"),
         pc.if_else(is_step, pc.coalesce(parsed.column("kind"), "step"), parsed.column("kind")),
-        parsed.column("event"),
+        pc.coalesce(parsed.column("event"), event_name),
         parsed.column("durationMs"),
         _values(batch.data, payload_starts, ends),
     ]
@@ -295,16 +304,22 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
             decoded = None
         entry = check_entry(decoded, run_id, number - 1, number)
         offset, session, kind = entry["offset"], entry["session"], entry["type"]
-        step_id = _text(entry.get("stepId"))
+        step_id = next(
+            (text for key in ("stepId", "eventId") if (text := _text(entry.get(key))) is not None),
+            None,
+        )
+        name = _text(entry.get("name"))
+        event_name = name if kind in ("suspend", "resume") else None
         columns["run_id"].append(run_id)
         columns["offset"].append(offset)
         columns["session"].append(session)
         columns["type"].append(kind)
         columns["timestamp"].append(_parse_time(entry.get("timestamp")))
-        columns["step_id"].append(step_id if step_id is not None else _text(entry.get("eventId")))
-        columns["name"].append(_text(entry.get("name")))
+        columns["step_id"].append(step_id if step_id is not None else event_name)
+        columns["name"].append(name)
         columns["kind"].append(_text(entry.get("kind")) or ("step" if kind == "step" else None))
-        columns["event"].append(_text(entry.get("event")))
+        event = _text(entry.get("event"))
+        columns["event"].append(event if event is not None else event_name)
         columns["duration_ms"].append(_number(entry.get("durationMs")))
         payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
         columns["value"].append(to_json(payload))

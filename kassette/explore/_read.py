@@ -6,19 +6,38 @@ larger than memory a piece at a time (`export` never holds more than a batch).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.errors import RunNotFoundError
+from kassette.errors import RunNotFoundError, StorageNotFoundError
 from kassette.explore._decode import Batch
 from kassette.lineage import creation_order
-from kassette.storage import Storage
+from kassette.storage import Storage, open_storage
+from kassette.storage.local import LocalStorage
 
-__all__ = ["BATCH_BYTES", "oldest_first", "read_batches", "unique_run_ids"]
+__all__ = ["BATCH_BYTES", "existing_storage", "oldest_first", "read_batches", "unique_run_ids"]
 
 BATCH_BYTES = 64 << 20  # journal bytes decoded at a time
+
+
+def existing_storage(storage_or_url: Storage | str | os.PathLike[str]) -> Storage:
+    """The storage a URL names; a plain path (`.kassette`) is a `file:` one. A `file:`
+    directory that does not exist raises `StorageNotFoundError`, as the CLI does: reading it
+    as an empty store would hide a wrong path."""
+    if isinstance(storage_or_url, os.PathLike) or (
+        isinstance(storage_or_url, str) and ":" not in storage_or_url
+    ):
+        storage_or_url = f"file:{os.fspath(storage_or_url)}"
+    storage = open_storage(storage_or_url)
+    if isinstance(storage, LocalStorage) and not storage.path.is_dir():
+        raise StorageNotFoundError(
+            f"storage {storage_or_url} not found: the directory {storage.path} does not exist "
+            "(kassette creates it when a workflow writes its first run)"
+        )
+    return storage
 
 
 def oldest_first(runs: pa.Table) -> pa.Table:
@@ -62,7 +81,7 @@ def read_batches(
             if skipped is not None:
                 skipped(run_id)
             continue
-        batch.add(run_id, snapshot.data)
+        batch.add(run_id, snapshot.data, snapshot.token)
         if len(batch.data) >= (batch_bytes or BATCH_BYTES):
             yield batch
             batch = Batch()

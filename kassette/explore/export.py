@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 
 from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, decode
-from kassette.explore._read import oldest_first, read_batches, unique_run_ids
-from kassette.storage import Storage, open_storage
+from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
+from kassette.storage import Storage
 
 __all__ = ["FORMATS", "ParquetSink", "export"]
 
@@ -48,33 +48,40 @@ class Sink(Protocol):
 
 class ParquetSink:
     """`directory/entries/` and `directory/runs/`, one Parquet file each, written in batches
-    (or, with `partition_by_run`, the entries as one hive partition per run)."""
+    (or, with `partition_by`, the entries as a hive-partitioned dataset: `entries/run_id=ID/`)."""
 
-    def __init__(self, directory: Path, *, partition_by_run: bool = False) -> None:
+    def __init__(self, directory: Path, *, partition_by: list[str] | None = None) -> None:
         self.directory = directory
-        self.partition_by_run = partition_by_run
+        self.partition_by = check_partition_by(partition_by)
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._files: list[Path] = []
 
     def write(self, entries: pa.Table) -> None:
-        if self.partition_by_run:
-            target = self.directory / "entries"
-            pa_dataset.write_dataset(
-                entries,
-                target,
-                format="parquet",
-                partitioning=pa_dataset.partitioning(
-                    pa.schema([ENTRY_SCHEMA.field("run_id")]), flavor="hive"
-                ),
-                existing_data_behavior="overwrite_or_ignore",
-                basename_template=f"part-{len(self._files)}-{{i}}.parquet",
-            )
-            self._files.append(target)
+        if self.partition_by:
+            self.write_all(entries.to_batches())
         else:
             self._writer("entries", ENTRY_SCHEMA).write_table(entries)
 
+    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
+        """Every batch of entries in one `write_dataset` pass: a file per partition."""
+        target = self.directory / "entries"
+        fields = [ENTRY_SCHEMA.field(name) for name in self.partition_by or []]
+        pa_dataset.write_dataset(
+            batches,
+            target,
+            schema=ENTRY_SCHEMA,
+            format="parquet",
+            partitioning=pa_dataset.partitioning(pa.schema(fields), flavor="hive"),
+            existing_data_behavior="overwrite_or_ignore",
+            basename_template=f"part-{len(self._files)}-{{i}}.parquet",
+            max_partitions=1 << 30,  # a partition per run: as many as there are runs
+            max_open_files=512,  # runs arrive one after another, so a closed file stays closed
+            max_rows_per_group=1 << 20,
+        )
+        self._files.append(target)
+
     def close(self, runs: pa.Table) -> list[Path]:
-        if not self.partition_by_run and "entries" not in self._writers:
+        if not self.partition_by and "entries" not in self._writers:
             self._writer("entries", ENTRY_SCHEMA)
         self._writer("runs", RUN_SCHEMA).write_table(runs)
         for writer in self._writers.values():
@@ -129,6 +136,22 @@ class _JsonLinesSink:
         for file in self._files.values():
             file.close()
         return list(self._paths.values())
+
+
+def check_partition_by(partition_by: Iterable[str] | str | None) -> list[str] | None:
+    """The entry columns to partition by (None: one file); a bad name raises before writing."""
+    if partition_by is None:
+        return None
+    names = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+    allowed = [name for name in ENTRY_SCHEMA.names if name not in ("value", "timestamp")]
+    for name in names:
+        if name not in allowed:
+            raise InvalidArgumentError(
+                f"partition_by takes entry columns ({', '.join(allowed)}), not {name!r}"
+            )
+    if not names:
+        raise InvalidArgumentError("partition_by needs at least one column")
+    return list(dict.fromkeys(names))
 
 
 def _as_text(table: pa.Table) -> pa.Table:
@@ -190,31 +213,38 @@ class _Progress:
 
 
 def export(
-    storage_or_url: Storage | str,
+    storage_or_url: Storage | str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
     format: Format = "parquet",
     run_ids: Iterable[str] | None = None,
     progress: bool | None = None,
     overwrite: bool = False,
+    partition_by: Iterable[str] | str | None = None,
 ) -> dict[str, Any]:
     """Write the entries and runs of every run (or of `run_ids`) into the directory `out`.
 
     `format` is "parquet", "jsonl" or "csv". `out` must be missing or empty unless
     `overwrite`, which first removes that format's own output there (other files stay).
     `progress` draws a progress bar on stderr; None (the default) draws it when stderr is a
-    terminal. Returns a summary: the format, the directory, the numbers of runs and entries,
-    and the files written.
+    terminal. With `partition_by` (Parquet only: entry columns such as `["run_id"]`), the
+    entries are a hive-partitioned dataset (`entries/run_id=ID/part-0-0.parquet`), written in
+    one pass, that DuckDB (`read_parquet(..., hive_partitioning=true)`), Spark and pyarrow read
+    as they are. Returns a summary: the format, the directory, the numbers of runs and
+    entries, and the files written.
     """
     if format not in FORMATS:
         raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    partitions = check_partition_by(partition_by)
+    if partitions and format != "parquet":
+        raise InvalidArgumentError("partition_by needs format='parquet'")
     directory = Path(out)
     _clear(directory, format, overwrite)
-    storage = open_storage(storage_or_url)
+    storage = existing_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
     total = len(wanted) if wanted is not None else sum(1 for _ in storage.list_runs())
     sink: Sink = (
-        ParquetSink(directory)
+        ParquetSink(directory, partition_by=partitions)
         if format == "parquet"
         else (_CsvSink(directory) if format == "csv" else _JsonLinesSink(directory))
     )
@@ -222,13 +252,22 @@ def export(
     bar = _Progress(total, sys.stderr if show else None)
     runs: list[pa.Table] = []
     entries = 0
-    try:
+
+    def decoded() -> Iterator[pa.Table]:
+        nonlocal entries
         for batch in read_batches(storage, wanted, skipped=lambda _: bar.advance(1)):
             entry_table, run_table = decode(batch)
-            sink.write(entry_table)
             runs.append(run_table)
             entries += entry_table.num_rows
+            yield entry_table
             bar.advance(len(batch.run_ids))
+
+    try:
+        if isinstance(sink, ParquetSink) and sink.partition_by:
+            sink.write_all(batch for table in decoded() for batch in table.to_batches())
+        else:
+            for entry_table in decoded():
+                sink.write(entry_table)
     finally:
         table = pa.concat_tables(runs) if runs else RUN_SCHEMA.empty_table()
         files = sink.close(oldest_first(table) if wanted is None else table)

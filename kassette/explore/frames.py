@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 
 from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
-from kassette.explore._read import oldest_first, read_batches, unique_run_ids
-from kassette.explore.export import ParquetSink
-from kassette.storage import Storage, open_storage
+from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
+from kassette.explore.export import ParquetSink, check_partition_by
+from kassette.storage import Storage
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
@@ -44,11 +44,13 @@ class Journals:
         *,
         storage: Storage | None = None,
         run_ids: list[str] | None = None,
+        versions: dict[str, str] | None = None,
     ) -> None:
         self._tables: dict[str, pa.Table] = {"entries": entries, "runs": runs}
         self._frames: dict[str, pd.DataFrame] = {}
         self.storage = storage
         self._run_ids = run_ids
+        self._versions = versions or {}  # run id -> storage token when read (for live trees)
 
     @property
     def entries(self) -> pd.DataFrame:
@@ -73,15 +75,21 @@ class Journals:
         return self._tables[table]
 
     def to_parquet(
-        self, directory: str | os.PathLike[str], *, partition_by_run: bool = False
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        partition_by_run: bool = False,
+        partition_by: Iterable[str] | str | None = None,
     ) -> Path:
         """Write `directory/entries/` and `directory/runs/`, two Parquet datasets.
 
         Read them back with `pandas.read_parquet(directory / "entries")` or
-        `pyarrow.dataset.dataset(...)`. With `partition_by_run`, the entries are split into
-        one hive partition per run (`entries/run_id=ID/`), so a reader can skip whole runs.
+        `pyarrow.dataset.dataset(...)`. With `partition_by` (entry columns) the entries are a
+        hive-partitioned dataset; `partition_by_run` is `partition_by=["run_id"]`
+        (`entries/run_id=ID/`), so a reader can skip whole runs.
         """
-        sink = ParquetSink(Path(directory), partition_by_run=partition_by_run)
+        columns = ["run_id"] if partition_by_run and partition_by is None else partition_by
+        sink = ParquetSink(Path(directory), partition_by=check_partition_by(columns))
         sink.write(self._tables["entries"])
         sink.close(self._tables["runs"])
         return Path(directory)
@@ -125,6 +133,7 @@ class Journals:
         return rows.to_pandas()
 
     def _subset(self, run_ids: Iterable[str]) -> Journals:
+        run_ids = list(run_ids)
         wanted = pa.array(list(run_ids), pa.string())
         entries, runs = self._tables["entries"], self._tables["runs"]
         return Journals(
@@ -132,6 +141,7 @@ class Journals:
             runs.filter(pc.is_in(runs.column("run_id"), wanted)),
             storage=self.storage,
             run_ids=wanted.to_pylist(),
+            versions={run: self._versions[run] for run in run_ids if run in self._versions},
         )
 
     def _status_counts(self) -> Iterator[tuple[str, int]]:
@@ -143,23 +153,31 @@ class Journals:
                 yield status, found[status]
 
 
-def load(storage_or_url: Storage | str, *, run_ids: Iterable[str] | None = None) -> Journals:
+def load(
+    storage_or_url: Storage | str | os.PathLike[str], *, run_ids: Iterable[str] | None = None
+) -> Journals:
     """Read runs (all of them, or `run_ids` in that order) into a `Journals`.
 
     All runs are listed oldest first, as `kassette list` lists them: by `started_at`, then
     fork depth (a fork follows its source), then run id.
 
-    Accepts a `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`). Journals
+    Accepts a `Storage`, a storage URL (`file:PATH`, `memory:`, `s3://...`) or a plain path
+    (`.kassette`, read as `file:.kassette`); a `file:` directory that does not exist raises
+    `StorageNotFoundError`. Journals
     written by upstream TypeScript kassette load too. A run named in `run_ids` that does not
     exist raises `RunNotFoundError`; a corrupt journal raises `JournalCorruptionError`.
     """
-    storage = open_storage(storage_or_url)
+    storage = existing_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
-    decoded = [decode(batch) for batch in read_batches(storage, wanted)]
+    versions: dict[str, str] = {}
+    decoded = []
+    for batch in read_batches(storage, wanted):
+        versions.update(batch.versions)
+        decoded.append(decode(batch))
     if not decoded:
         decoded = [decode(Batch())]
     entries = pa.concat_tables([entries for entries, _ in decoded])
     runs = pa.concat_tables([runs for _, runs in decoded])
     if wanted is None:
         runs = oldest_first(runs)
-    return Journals(entries, runs, storage=storage, run_ids=wanted)
+    return Journals(entries, runs, storage=storage, run_ids=wanted, versions=versions)

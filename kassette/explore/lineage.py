@@ -119,15 +119,9 @@ def _badge(status: str) -> str:
 
 def lineage(journals: Journals) -> Lineage:
     """The fork forest of the runs in `journals`."""
-    return Lineage(
-        build_forest(
-            RunNode(
-                run_id=run["run_id"],
-                status=str(run["status"]),
-                parent_run_id=run["parent_run_id"],
-                fork_offset=run["fork_offset"],
-                steps=int(run["steps"]),
-            )
-            for run in journals.to_arrow("runs").to_pylist()
-        )
-    )
+    runs = journals.to_arrow("runs")
+    columns = [
+        runs.column(name).to_pylist()
+        for name in ("run_id", "status", "parent_run_id", "fork_offset", "steps")
+    ]  # only these columns: making datetimes of the others would cost more than the forest
+    return Lineage(build_forest(map(RunNode, *columns)))

@@ -138,6 +138,13 @@ RUN_ALL = bounded(
   await window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs');
   await window.jupyterapp.commands.execute('notebook:run-all-cells');""",
 )
+RUN_CELL = bounded(
+    CELL_TIMEOUT,
+    """window.jupyterapp.shell.activateById(arg.id);
+  const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.id === arg.id);
+  panel.content.activeCellIndex = arg.index;
+  await window.jupyterapp.commands.execute('notebook:run-cell');""",
+)
 CELLS = f"""id => {{
   {FIND_PANEL}
   const cells = panel.content.model.cells;
@@ -153,12 +160,12 @@ CELLS_DONE = f"""id => {{
   return idle && (failed || cells.every(cell => cell.execution_count !== null));
 }}"""
 
-# A RunTree's legend as {colour: status}, and its buttons as [tooltip, colour], as drawn.
+# A RunTree's legend as {colour: status}, and its drawn nodes as [tooltip, colour].
 COLOURS = """tree => [
   Object.fromEntries([...tree.querySelectorAll('.kassette-legend span > span')]
     .map(swatch => [getComputedStyle(swatch).backgroundColor, swatch.parentElement.textContent])),
-  [...tree.querySelectorAll('.kassette-forest button')]
-    .map(button => [button.title, getComputedStyle(button).backgroundColor]),
+  [...tree.querySelectorAll('.kassette-forest .kassette-node')]
+    .map(node => [node.title, getComputedStyle(node.querySelector('.kx-pill')).backgroundColor]),
 ]"""
 
 
@@ -208,6 +215,69 @@ def coder(ctx, task):
 coder.start("parse dates", run_id="main")
 coder.fork("main", step="test", new_run_id="retest")""",
         'explorer = kx.ForkExplorer(coder, "main")\nexplorer',
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(notebook, path)
+
+
+MANY_NOTEBOOK = "many-runs.ipynb"
+MANY_RUNS = 10_000
+
+
+def many_notebook(path: Path) -> None:
+    """A notebook with a 20-branch fan-out made by forking, and a 10,000-run forest written
+    straight to journal files (500 tasks forked 19 times each), each shown in a RunTree."""
+    cells = [
+        """\
+from kassette import LocalStorage, kassette
+from kassette import explore as kx
+
+few = LocalStorage("few")
+
+
+@kassette(storage=few, version="coder-v1")
+def coder(ctx, temperature):
+    plan = ctx.step("plan", lambda: "plan: split the parser into tokenizer and grammar")
+    code = ctx.step("implement", lambda: f"code at temperature {temperature}\\n" * 12)
+    return ctx.step("test", lambda: {"passed": int(temperature * 10) % 4, "of": 4})
+
+
+coder.start(0.0, run_id="task")
+for branch in range(20):
+    coder.fork("task", step="implement", new_run_id=f"task-b{branch:02d}")
+small = kx.RunTree(kx.load(few), selected="task-b07")
+small""",
+        """\
+import json
+from pathlib import Path
+
+from kassette.journal import encode, format_timestamp
+
+many = Path("many")
+many.mkdir()
+text = "The nightly suite fails in the payment client's retry wrapper. " * 3
+for run in range(RUNS):
+    task, branch = divmod(run, 20)
+    source = None if branch == 0 else f"t{task:04d}-{(branch - 1) // 3 * 3:02d}"
+    lines = [{"type": "start", "metadata": {"task": task}}]
+    for step in range(6):
+        if source is not None and step == 2:
+            lines.append({"type": "start", "source": {"runId": source, "fromOffset": 3}})
+        lines.append({"type": "step", "stepId": f"chat#{step}", "name": "chat",
+                      "result": text[: 60 + run % 90]})
+    if run % 7:  # the others are still running
+        lines.append({"type": "complete", "result": run})
+    journal = b"".join(
+        encode({"type": line["type"], "session": 1 + (i > 2 and source is not None),
+                "offset": i, "timestamp": format_timestamp(1.767e9 + run * 30 + i),
+                **{k: v for k, v in line.items() if k != "type"}})
+        for i, line in enumerate(lines)
+    )
+    (many / f"t{task:04d}-{branch:02d}.jsonl").write_bytes(journal)
+journals = kx.load(LocalStorage(many))
+journals""".replace("RUNS", str(MANY_RUNS)),
+        "tree = kx.RunTree(journals)\ntree",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
@@ -273,6 +343,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     for notebook in NOTEBOOKS:
         shutil.copy(notebook, work / notebook.name)
     fork_notebook(work / FORK_NOTEBOOK)
+    many_notebook(work / MANY_NOTEBOOK)
     (work / "saved").mkdir()
     for name in SAVED:
         shutil.copy(work / name, work / "saved" / name)
@@ -367,22 +438,25 @@ def check_widgets(panel: Locator, shown: int) -> None:
 
 
 def node(panel: Locator, run_id: str) -> Locator:
-    """The RunTree button of a run."""
-    return panel.locator(".kassette-forest button", has_text=re.compile(f"^{run_id} ·"))
+    """The RunTree row of a run."""
+    return panel.locator(f'.kassette-forest .kassette-node[data-run-id="{run_id}"]')
+
+
+SELECTED = re.compile(r"\bkx-selected\b")
 
 
 def test_clicking_a_run_tree_node_shows_its_entries(lab: Lab) -> None:
     panel = lab.run("01-explore-a-run.ipynb")
     details = panel.locator(".kassette-run-tree .kassette-details")
     expect(details.locator("p b").first).to_have_text("INC-4823")  # the notebook's choice
-    expect(node(panel, "INC-4823")).to_have_css("font-weight", "700")
+    expect(node(panel, "INC-4823")).to_have_class(SELECTED)
     node(panel, "INC-4821").click()
     expect(details.locator("p b").first).to_have_text("INC-4821")
     expect(details.locator("p")).to_contain_text("completed")
     expect(details.locator("tbody tr")).to_have_count(7)  # two sessions, resumed in between
     expect(details.locator("tbody")).to_contain_text("human-approval")
-    expect(node(panel, "INC-4821")).to_have_css("font-weight", "700")
-    expect(node(panel, "INC-4823")).to_have_css("font-weight", "400")
+    expect(node(panel, "INC-4821")).to_have_class(SELECTED)
+    expect(node(panel, "INC-4823")).not_to_have_class(SELECTED)
 
 
 def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) -> None:
@@ -409,7 +483,7 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     panel.locator(".kassette-fork-explorer button", has_text="Fork").click()
     status = panel.locator(".kassette-fork-status")
     expect(status).to_have_text("forked main at offset 2 into rewrite: success")
-    expect(panel.locator(".kassette-forest button")).to_have_count(3)
+    expect(panel.locator(".kassette-forest .kassette-node")).to_have_count(3)
     expect(node(panel, "rewrite")).to_have_text("rewrite · @2 · 3 steps")
     expect(details.locator("p b").first).to_have_text("rewrite")  # the new branch is selected
     expect(target).to_contain_text("Fork will branch rewrite at offset")
@@ -418,3 +492,57 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     journal = read_journal(LocalStorage(journals), "rewrite")
     assert journal.entries[2]["source"] == {"runId": "main", "fromOffset": 2}
     assert journal.entries[-1]["type"] == "complete"
+
+
+def no_widget_errors(lab: Lab, notebook: str, panel: Locator) -> None:
+    """No cell output is an error, a widget error or an IOPub rate message."""
+    for cell in lab.cells(notebook):
+        for output in cell["outputs"]:
+            assert output["output_type"] != "error", (cell["source"], output["traceback"])
+            text = "".join(output.get("text", "")) + json.dumps(output.get("data", {}))
+            assert "IOPub" not in text and "rate exceeded" not in text, text
+    shown = panel.locator(".jp-OutputArea-output").all_inner_texts()
+    assert not [t for t in shown if "Error displaying widget" in t or "IOPub" in t]
+
+
+def test_a_run_tree_of_10000_runs_draws_in_one_model(lab: Lab, tmp_path: Path) -> None:
+    """The tree at 20 branches and at 10,000 runs: drawn, searchable, clickable, virtualized.
+
+    The draw time (run the cell to rows on screen) is printed, not asserted: the machine's
+    load decides it. Screenshots of both trees go to the test's temporary directory.
+    """
+    panel = lab.open(MANY_NOTEBOOK)
+    for index in (0, 1):
+        lab.page.evaluate(RUN_CELL, {"id": lab.panels[MANY_NOTEBOOK], "index": index})
+    trees = panel.locator(".kassette-run-tree")
+    expect(trees).to_have_count(1, timeout=CELL_TIMEOUT)
+    small = trees.first
+    expect(small.locator(".kassette-node")).to_have_count(21)
+    expect(node(small, "task-b07")).to_have_class(SELECTED)
+    small.locator(".kx-details .kx-long").first.click()  # a long value unfolds, newlines kept
+    expect(small.locator(".kx-full").first).to_contain_text("code at temperature")
+    small.screenshot(path=tmp_path / "tree-20-branches.png")
+    expect(panel.locator(".jp-OutputArea-output").nth(1)).to_contain_text(
+        "Journals: 10000 runs", timeout=CELL_TIMEOUT
+    )
+    began = time.monotonic()
+    lab.page.evaluate(RUN_CELL, {"id": lab.panels[MANY_NOTEBOOK], "index": 2})
+    big = trees.nth(1)
+    expect(big.locator(".kassette-node").first).to_be_visible(timeout=CELL_TIMEOUT)
+    drawn = time.monotonic() - began
+    render_ms = big.evaluate("el => el.closest('[data-draw-ms]')?.dataset.drawMs")
+    print(f"\n10,000-run RunTree: drawn {drawn:.2f} s after the cell ran (render {render_ms} ms)")
+    rows = big.locator(".kassette-node").count()
+    assert 10 < rows < 80, rows  # only the rows in view (and a few beyond) are in the page
+    expect(big.locator(".kx-count")).to_have_text("10,000 runs")
+    big.screenshot(path=tmp_path / "tree-10000-runs.png")
+    big.locator(".kx-forest").evaluate("forest => { forest.scrollTop = forest.scrollHeight; }")
+    expect(node(big, "t0499-19")).to_be_visible()  # the last run, drawn on scrolling
+    big.locator(".kx-search").fill("t0042- running")
+    expect(big.locator(".kx-count")).to_have_text(re.compile(r"^\d of 10,000 runs$"))
+    node(big, "t0042-14").click()
+    expect(big.locator(".kx-details p b").first).to_have_text("t0042-14")
+    expect(big.locator(".kx-details")).to_contain_text("forked from t0042-12 at offset 3")
+    big.screenshot(path=tmp_path / "tree-10000-runs-filtered.png")
+    print(f"screenshots: {tmp_path}")
+    no_widget_errors(lab, MANY_NOTEBOOK, panel)

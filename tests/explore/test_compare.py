@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pandas as pd
 import pytest
 from conftest import Scenario
+from ipywidgets.widgets.widget import _instances
 
-from kassette import InvalidArgumentError, RunNotFoundError
+from kassette import InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
 from kassette.core import fork_run
+from kassette.testing import FakeClock
 
 
 def test_a_fork_diverges_at_the_step_it_ran_again(scenario: Scenario) -> None:
@@ -63,3 +68,70 @@ def test_arguments(scenario: Scenario) -> None:
     with pytest.raises(InvalidArgumentError):
         kx.compare(journals, [])
     assert list(kx.compare(journals, "single").columns) == ["single", "first_divergence"]
+
+
+def test_values_python_gives_decoded_values(scenario: Scenario) -> None:
+    journals = kx.load(scenario.storage)
+    frame = kx.compare(journals, ["single", "forked", "parallel"], values="python")
+    assert frame.loc["plan", "single"] == {"goal": "parse", "steps": 2}
+    assert frame.loc["implement", "forked"] == "code for parse by forked"
+    assert frame.loc["plan", "parallel"] == {"goal": "fan out", "steps": 2}
+    assert frame.attrs["first_divergence"] == "plan"
+    missing = [step for step in frame.index if frame.loc[step, "single"] is pd.NA]
+    assert missing and all(frame.loc[step, "parallel"] is not pd.NA for step in missing)
+    with pytest.raises(InvalidArgumentError, match="values must be"):
+        kx.compare(journals, ["single"], values="text")  # type: ignore[arg-type]
+
+
+def many_branches(count: int) -> tuple[kx.Journals, list[str]]:
+    """A run whose `write` step returns several lines, forked `count - 1` times."""
+    storage, clock = MemoryStorage(), FakeClock()
+    choice = {"n": 0}
+
+    @kassette(storage=storage, clock=clock)
+    def writer(ctx: Any, task: str) -> str:
+        ctx.step("plan", lambda: {"task": task})
+        text = ctx.step("write", lambda: f"line one\nvariant {choice['n']}\nline three")
+        return ctx.step("check", lambda: len(text))  # type: ignore[no-any-return]
+
+    writer.start("t", run_id="b00")
+    for number in range(1, count):
+        choice["n"] = number % 7
+        writer.fork("b00", step="write", new_run_id=f"b{number:02d}")
+    return kx.load(storage), [f"b{number:02d}" for number in range(count)]
+
+
+def test_compare_view_aligns_50_branches_with_diffs_against_a_baseline() -> None:
+    journals, runs = many_branches(50)
+    before = set(_instances)
+    view = kx.CompareView(journals, runs)
+    assert len(set(_instances) - before) == 2  # one model (and its layout) for 50 branches
+    assert view.runs == runs and view.steps == ["plan", "write", "check"]
+    assert view.baseline == "b00" and view.first_divergence == "write"
+    assert view.cells["b00"][1] == "line one\nvariant 0\nline three"  # real newlines
+    assert view.cells["b00"][0] == '{\n  "task": "t"\n}'
+    assert view.diffs["b07"][1] == []  # 7 % 7 == 0: the baseline's text
+    assert view.diffs["b01"][1] == [
+        "@@ -1,3 +1,3 @@",
+        " line one",
+        "-variant 0",
+        "+variant 1",
+        " line three",
+    ]
+    view.baseline = "b01"
+    assert "b00" in view.diffs and "b01" not in view.diffs
+    assert view.diffs["b00"][1][2:4] == ["-variant 1", "+variant 0"]
+    view.baseline = "nope"  # a stale choice from the browser
+    assert view.baseline == "b01"
+    assert repr(view) == ("CompareView: 50 runs x 3 steps, baseline b01, first divergence write")
+    with pytest.raises(InvalidArgumentError, match="baseline"):
+        kx.CompareView(journals, runs[:3], baseline="b09")
+    with pytest.raises(RunNotFoundError):
+        kx.CompareView(journals, ["b00", "typo"])
+
+
+def test_compare_view_marks_a_step_only_some_branches_have(scenario: Scenario) -> None:
+    view = kx.CompareView(kx.load(scenario.storage), ["single", "parallel"])
+    missing = [i for i, text in enumerate(view.cells["single"]) if text is None]
+    assert missing
+    assert all(view.diffs["parallel"][i][0].startswith("@@") for i in missing)

@@ -23,6 +23,7 @@ from kassette import (
 )
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
+from kassette.errors import StorageNotFoundError
 from kassette.explore import _decode, _read
 from kassette.journal import encode, format_timestamp
 from kassette.testing import FakeClock
@@ -256,6 +257,24 @@ def test_load_takes_a_url_and_reload_reads_again(local_scenario: Scenario) -> No
     local_scenario.workflow.fork("single", step="plan", new_run_id="late")
     assert len(journals) == len(RUNS)
     assert "late" in journals.reload().run_ids
+
+
+def test_load_takes_a_plain_path_and_refuses_a_missing_directory(
+    local_scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = local_scenario.storage
+    assert isinstance(storage, LocalStorage)
+    assert len(kx.load(str(storage.path))) == len(RUNS)  # a plain path is a file: URL
+    assert len(kx.load(storage.path)) == len(RUNS)  # and so is a Path
+    monkeypatch.chdir(storage.path.parent)
+    assert len(kx.load(storage.path.name)) == len(RUNS)
+    for missing in (f"file:{tmp_path / 'nope'}", str(tmp_path / "nope"), tmp_path / "nope"):
+        with pytest.raises(StorageNotFoundError, match="does not exist"):
+            kx.load(missing)
+        with pytest.raises(StorageNotFoundError):
+            kx.export(missing, tmp_path / "out")
+    assert not (tmp_path / "nope").exists() and not (tmp_path / "out").exists()
+    assert len(kx.load("memory:")) == 0  # memory: is empty by design, not missing
 
 
 def test_torn_tail_is_ignored(tmp_path: Path) -> None:

@@ -54,7 +54,18 @@ def test_absent_fields_are_missing_not_invented(journals: kx.Journals) -> None:
     assert step["kind"] == "step" and pd.isna(step["duration_ms"])
     suspend = entries.loc[("INC-4821", 2)]
     assert suspend["name"] == "human-approval"
-    assert pd.isna(suspend["event"]) and pd.isna(suspend["step_id"])
+    assert json.loads(entries.loc[("INC-4821", 3), "value"]) == {}
+
+
+def test_an_upstream_suspend_keyed_by_name_lands_in_event_and_step_id(
+    journals: kx.Journals,
+) -> None:
+    entries = journals.entries.set_index(["run_id", "offset"])
+    for offset in (2, 4):  # the suspend and its resume
+        entry = entries.loc[("INC-4821", offset)]
+        assert entry["event"] == "human-approval" and entry["step_id"] == "human-approval"
+    step = entries.loc[("INC-4821", 1)]
+    assert pd.isna(step["event"]) and step["step_id"] == "analyze"  # a step's name is not one
     assert json.loads(entries.loc[("INC-4821", 3), "value"]) == {}
 
 

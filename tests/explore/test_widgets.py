@@ -1,74 +1,158 @@
-"""RunTree and ForkExplorer, headless: their state and children, and what clicks do."""
+"""RunTree and ForkExplorer, headless: the data their views draw, and what clicks do."""
 
 from __future__ import annotations
 
 import asyncio
-import re
+import json
 from typing import Any
 
-import ipywidgets as widgets
+import anywidget
+import pyarrow as pa
 import pytest
 from conftest import RUNS, Scenario
+from ipywidgets.widgets.widget import _instances
 
-from kassette import AsyncContext, MemoryStorage, RunNotFoundError, kassette
+from kassette import AsyncContext, InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
+from kassette.explore.widgets.tree import PAGE
 from kassette.testing import FakeClock
 
 
-def test_run_tree_has_a_node_per_run_coloured_by_status(scenario: Scenario) -> None:
+def test_run_tree_is_one_model_with_a_node_per_run_coloured_by_status(
+    scenario: Scenario,
+) -> None:
+    before = set(_instances)
     tree = kx.RunTree(kx.load(scenario.storage))
-    assert isinstance(tree, widgets.VBox)
-    assert tree.children == (tree.legend, tree.forest, tree.details)
+    assert isinstance(tree, anywidget.AnyWidget)
+    assert len(set(_instances) - before) == 2  # the tree and its layout, whatever the runs
     assert set(tree.nodes) == set(RUNS)
-    assert len(tree.forest.children) == len(RUNS)
-    colours = {run_id: button.style.button_color for run_id, button in tree.nodes.items()}
+    assert tree.forest["id"] == [node.run_id for node in tree.lineage]
+    colours = {run_id: node.color for run_id, node in tree.nodes.items()}
     assert colours["failed"] == "#c62828" and colours["single"] == "#2e7d32"
     assert colours["suspended"] == "#ef6c00" and colours["canceled"] == "#757575"
-    assert tree.nodes["refork"].description == "refork · @4 · 2 steps"
-    assert tree.nodes["single"].description == "single · 2 steps"
-    rows = {row.children[1].description: row.children[0].value for row in tree.forest.children}
-    assert "└── " in rows["refork · @4 · 2 steps"]  # drawn under its source
+    assert tree.nodes["refork"].label == "refork · @4 · 2 steps"
+    assert tree.nodes["single"].label == "single · 2 steps"
+    assert tree.nodes["refork"].depth == 2 and tree.nodes["refork"].parent_run_id == "forked"
+    rows = tree.forest
+    single = rows["id"].index("single")
+    assert rows["end"][single] == single + 3  # single, forked, refork: folded together
+    assert rows["parent"][rows["id"].index("refork")] == rows["id"].index("forked")
 
 
-def legend_of(tree: kx.RunTree) -> dict[str, str]:
-    """The tree's legend as colour -> status name."""
-    return dict(re.findall(r"background:(#[0-9a-f]{6})'></span>([a-z]+)<", tree.legend.value))
+def test_run_tree_sends_the_forest_as_data_not_widgets() -> None:
+    storage = MemoryStorage()
+    for number in range(300):
+        storage.append(f"r{number:03d}", b'{"type":"start","session":1,"offset":0}\n', token=None)
+    before = set(_instances)
+    tree = kx.RunTree(kx.load(storage))
+    assert len(set(_instances) - before) == 2
+    assert len(tree.forest["id"]) == 300 and len(tree.nodes) == 300
 
 
 def test_run_tree_legend_names_the_colour_of_each_status(scenario: Scenario) -> None:
     tree = kx.RunTree(kx.load(scenario.storage))
-    legend = legend_of(tree)
+    legend = {colour: name for name, colour in tree.legend}
     assert list(legend.values()) == ["completed", "failed", "canceled", "suspended", "running"]
-    for run_id, button in tree.nodes.items():
-        assert legend[button.style.button_color] == tree.lineage[run_id].status
-    assert "other" not in tree.legend.value
-    assert tree.legend._dom_classes == ("kassette-legend",)  # what the browser test finds
+    for run_id, node in tree.nodes.items():
+        assert legend[node.color] == tree.lineage[run_id].status
+    assert "other" not in legend.values()
 
 
 def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
-    from kassette.explore.widgets import _legend_html
+    from kassette.explore.widgets._rows import legend
 
-    assert ">other</span>" in _legend_html(["completed", "paused"])
-    assert "other" not in _legend_html(["completed", "running"])
+    assert ("other", "#444") in legend(["completed", "paused"])
+    assert "other" not in dict(legend(["completed", "running"]))
+
+
+def test_colour_by_a_numeric_column_or_a_mapping(scenario: Scenario) -> None:
+    journals = kx.load(scenario.storage)
+    tree = kx.RunTree(journals, color_by="steps")
+    assert tree.legend[0] == ["steps 2", "#3b0f70"] and tree.legend[-2][0] == "steps 5"
+    assert tree.nodes["parallel"].color == "#e8803a"  # 5 steps, the most
+    assert tree.nodes["single"].color == "#3b0f70"
+    tree.recolor({"single": 0.1, "forked": 0.9})
+    assert tree.nodes["forked"].color == "#e8803a" and tree.nodes["single"].color == "#3b0f70"
+    assert tree.nodes["failed"].color == "#444" and tree.legend[-1] == ["no value", "#444"]
+    with pytest.raises(InvalidArgumentError, match="not numeric"):
+        kx.RunTree(journals, color_by="version")
+    with pytest.raises(InvalidArgumentError, match="numeric column"):
+        kx.RunTree(journals, color_by="nope")
+
+
+def test_forks_are_labelled_with_their_params_and_edited_marks(scenario: Scenario) -> None:
+    journals = kx.load(scenario.storage)
+    runs, entries = journals.to_arrow("runs"), journals.to_arrow("entries")
+    params = [json.dumps({"temperature": 0.7}) if r == "forked" else None for r in journals.run_ids]
+    edited = [r == "refork" and o == 1 for r, o in zip(
+        entries.column("run_id").to_pylist(), entries.column("offset").to_pylist(), strict=True
+    )]  # fmt: skip
+    shaped = kx.Journals(
+        entries.append_column("edited", pa.array(edited)),
+        runs.append_column("params", pa.array(params, pa.string())),
+    )
+    tree = kx.RunTree(shaped)
+    assert tree.nodes["forked"].params == "temperature=0.7"
+    assert tree.forest["note"][tree.forest["id"].index("forked")] == "temperature=0.7"
+    assert tree.nodes["refork"].edited and not tree.nodes["forked"].edited
+    tree.select("refork")
+    assert tree.details["edited"] and [e["edited"] for e in tree.entries][:2] == [False, True]
 
 
 def test_selecting_a_node_shows_its_entries(scenario: Scenario) -> None:
     tree = kx.RunTree(kx.load(scenario.storage))
     assert tree.selected == "single"  # the first run shown: the oldest
-    tree.nodes["resumed"].click()
+    tree.select("resumed")
     assert tree.selected == "resumed"
     entries = read_journal(scenario.storage, "resumed").entries
-    assert tree.details.value.count("<tr><td>") == len(entries)
-    for kind in ("start", "step", "suspend", "resume", "complete"):
-        assert f"<td>{kind}</td>" in tree.details.value
-    assert "<b>resumed</b>" in tree.details.value and "completed" in tree.details.value
-    assert tree.nodes["resumed"].style.font_weight == "bold"
-    assert tree.nodes["canceled"].style.font_weight == "normal"
+    assert len(tree.entries) == len(entries) and tree.pages == 1
+    assert [e["type"] for e in tree.entries] == [e["type"] for e in entries]
+    assert tree.details["run_id"] == "resumed" and tree.details["status"] == "completed"
+    assert tree.entries[0]["time"] == "2026-01-01 00:00:10.500"  # with the date
     tree.select("forked")
-    assert "forked from <b>single</b> at offset 2" in tree.details.value
+    assert tree.details["parent_run_id"] == "single" and tree.details["fork_offset"] == 2
     with pytest.raises(RunNotFoundError):
         tree.select("nope")
+    tree.selected = "nope"  # a stale click from the browser: ignored
+    assert tree.selected == "forked"
+
+
+def test_long_values_are_sent_whole(scenario: Scenario) -> None:
+    @kassette(storage=scenario.storage, clock=scenario.clock)
+    def long(ctx: Any, size: int) -> str:
+        return ctx.step("write", lambda: "line\n" * size)  # type: ignore[no-any-return]
+
+    long.start(500, run_id="long")
+    tree = kx.RunTree(kx.load(scenario.storage), selected="long")
+    value = next(e["value"] for e in tree.entries if e["id"] == "write")
+    assert json.loads(value)["result"] == "line\n" * 500
+
+
+def test_long_runs_are_sent_a_page_at_a_time() -> None:
+    storage, clock = MemoryStorage(), FakeClock()
+
+    @kassette(storage=storage, clock=clock)
+    def many(ctx: Any, count: int) -> int:
+        for number in range(count):
+            ctx.step(f"s{number}", lambda number=number: number)
+        return count
+
+    many.start(250, run_id="many")
+    tree = kx.RunTree(kx.load(storage))
+    assert tree.pages == 3 and len(tree.entries) == PAGE and tree.entries[0]["offset"] == 0
+    tree.page = 2
+    assert [e["offset"] for e in tree.entries] == list(range(200, 252))
+    tree.page = 7  # past the end: the last page
+    assert tree.page == 2
+
+
+def test_a_bad_selection_names_the_run_and_the_store(scenario: Scenario) -> None:
+    with pytest.raises(RunNotFoundError, match=r"run typo is not among the 9 runs of") as info:
+        kx.RunTree(kx.load(scenario.storage), selected="typo")
+    assert info.value.run_id == "typo"
+    with pytest.raises(RunNotFoundError, match=r"run typo is not among the 9 runs of"):
+        kx.ForkExplorer(scenario.workflow, "typo")
 
 
 def test_update_keeps_the_selection_and_shows_new_runs(scenario: Scenario) -> None:
@@ -76,6 +160,7 @@ def test_update_keeps_the_selection_and_shows_new_runs(scenario: Scenario) -> No
     scenario.workflow.fork("single", step="plan", new_run_id="again")
     tree.update(kx.load(scenario.storage))
     assert tree.selected == "resumed" and "again" in tree.nodes
+    assert "again" in tree.forest["id"]
     assert repr(tree).startswith(
         "RunTree: 10 runs, selected resumed\nsingle (completed, 2 steps)\n"
         "├── again (completed, from offset 1, 2 steps)\n└── forked"
@@ -131,7 +216,7 @@ def test_fork_explorer_says_what_a_press_of_fork_would_fork(scenario: Scenario) 
     assert "runs again from entry 3 (the complete entry)" in explorer.target.value
     explorer.new_run_id.value = " again "
     assert "at offset 3 into <b>again</b>:" in explorer.target.value
-    explorer.tree.nodes["refork"].click()
+    explorer.tree.select("refork")
     assert explorer.target.value.startswith("Fork will branch <b>refork</b> at offset 1 into")
     explorer.fork_button.click()  # into "again": the new run is selected, so it is next
     assert explorer.source == "again"
@@ -223,4 +308,4 @@ def test_entries_without_a_timestamp_still_show() -> None:
     storage = MemoryStorage()
     storage.append("odd", b'{"type":"start","session":1,"offset":0}\n', token=None)
     tree = kx.RunTree(kx.load(storage))
-    assert "<td>start</td>" in tree.details.value
+    assert tree.entries[0]["type"] == "start" and tree.entries[0]["time"] == ""

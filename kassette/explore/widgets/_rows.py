@@ -1,0 +1,256 @@
+"""What the run tree sends to the browser: the forest as columns, colours, a legend, entry pages.
+
+The forest is flattened depth first (parents before children, as `kassette tree` draws it)
+into parallel lists, one item per run: `end[i]` is the index just after run i's last
+descendant, so the browser folds a subtree by skipping from i to `end[i]`, and `parent[i]`
+lets a search keep the path to each match. Plain data, no widget: the tree widget and its
+tests share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kassette.errors import InvalidArgumentError
+from kassette.explore.frames import Journals
+from kassette.explore.lineage import STATUS_COLORS, Lineage, RunNode
+
+__all__ = ["PAGE", "TreeNode", "entry_page", "legend", "node_colors", "rows"]
+
+PAGE = 100  # entries of the selected run sent at a time
+OTHER_COLOR = "#444"  # a status kassette does not know (a newer journal's)
+# A colour scale for numeric columns (low to high), readable with white text.
+SCALE = ("#3b0f70", "#6b2a8c", "#a13b79", "#d0545e", "#e8803a")
+_PARAMS_WIDTH = 60
+
+
+class TreeNode(NamedTuple):
+    """A run as the tree shows it: its label, colour, depth and source."""
+
+    run_id: str
+    status: str
+    label: str
+    color: str
+    depth: int
+    parent_run_id: str | None
+    edited: bool = False
+    params: str = ""
+
+
+def status_color(status: str) -> str:
+    return STATUS_COLORS.get(status, OTHER_COLOR)
+
+
+def node_colors(
+    journals: Journals, lineage: Lineage, color_by: str | Mapping[str, float]
+) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Each run's colour and the legend ([label, colour] pairs) for `color_by`.
+
+    `color_by` is "status", the name of a numeric column of `journals.runs`, or a mapping of
+    run id to number (a fan-out's scores, say). Runs without a number are grey.
+    """
+    if isinstance(color_by, str) and color_by == "status":
+        colors = {node.run_id: status_color(node.status) for node in lineage}
+        return colors, legend(node.status for node in lineage)
+    if isinstance(color_by, str):
+        runs = journals.to_arrow("runs")
+        if color_by not in runs.column_names:
+            raise InvalidArgumentError(
+                f"color_by must be 'status', a numeric column of the runs table or a mapping "
+                f"of run id to number, not {color_by!r}"
+            )
+        column = runs.column(color_by)
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise InvalidArgumentError(f"color_by column {color_by!r} is not numeric")
+        values = dict(zip(runs.column("run_id").to_pylist(), column.to_pylist(), strict=True))
+        name = color_by
+    else:
+        values = {run_id: float(value) for run_id, value in color_by.items()}
+        name = "value"
+    numbers = [float(v) for v in values.values() if v is not None and v == v]
+    low, high = (min(numbers), max(numbers)) if numbers else (0.0, 0.0)
+    colors = {}
+    for node in lineage:
+        value = values.get(node.run_id)
+        colors[node.run_id] = (
+            OTHER_COLOR if value is None or value != value else _scale(value, low, high)
+        )
+    steps = len(SCALE) - 1
+    ticks = [low + (high - low) * i / steps for i in range(len(SCALE))] if numbers else []
+    items = [(f"{name} {tick:.3g}", _scale(tick, low, high)) for tick in ticks]
+    return colors, [*items, ("no value", OTHER_COLOR)]
+
+
+def _scale(value: float, low: float, high: float) -> str:
+    share = 0.0 if high <= low else (value - low) / (high - low)
+    return SCALE[min(len(SCALE) - 1, max(0, round(share * (len(SCALE) - 1))))]
+
+
+def legend(statuses: Iterable[str]) -> list[tuple[str, str]]:
+    """A [status, colour] pair per status colour; "other" too for a status kassette lacks."""
+    named = list(STATUS_COLORS.items())
+    if any(status not in STATUS_COLORS for status in statuses):
+        named.append(("other", OTHER_COLOR))
+    return named
+
+
+def rows(
+    journals: Journals, lineage: Lineage, colors: Mapping[str, str]
+) -> tuple[dict[str, list[Any]], dict[str, TreeNode]]:
+    """The forest as columns for the browser, and the same runs as `TreeNode`s by run id."""
+    params, edited = _params(journals), _edited(journals)
+    ids: list[str] = []
+    labels: list[str] = []
+    statuses: list[str] = []
+    shades: list[str] = []
+    depths: list[int] = []
+    parents: list[int] = []
+    ends: list[int] = []
+    notes: list[str] = []
+    marks: list[bool] = []
+    nodes: dict[str, TreeNode] = {}
+    pending: list[tuple[RunNode, int, int]] = [(root, 0, -1) for root in reversed(lineage.roots)]
+    open_rows: list[int] = []  # rows whose `end` is filled in when their subtree is done
+    while pending:
+        node, depth, parent = pending.pop()
+        while open_rows and depths[open_rows[-1]] >= depth:
+            ends[open_rows.pop()] = len(ids)
+        row, run_id = len(ids), node.run_id
+        note, mark, label = params.get(run_id, ""), run_id in edited, node_label(node)
+        color = colors.get(run_id, OTHER_COLOR)
+        ids.append(run_id)
+        labels.append(label)
+        statuses.append(node.status)
+        shades.append(color)
+        depths.append(depth)
+        parents.append(parent)
+        ends.append(row + 1)
+        notes.append(note)
+        marks.append(mark)
+        open_rows.append(row)
+        source = None if parent < 0 else ids[parent]
+        nodes[run_id] = TreeNode(run_id, node.status, label, color, depth, source, mark, note)
+        if node.children:
+            pending.extend((child, depth + 1, row) for child in reversed(node.children))
+    for row in open_rows:
+        ends[row] = len(ids)
+    columns: dict[str, list[Any]] = {
+        "id": ids,
+        "label": labels,
+        "status": statuses,
+        "color": shades,
+        "depth": depths,
+        "parent": parents,
+        "end": ends,
+        "note": notes,
+        "edited": marks,
+    }
+    return columns, nodes
+
+
+def node_label(node: RunNode) -> str:
+    """`run · @offset · N steps`: a fork shows the offset it was cut at."""
+    steps = f"{node.steps} step{'s' if node.steps != 1 else ''}"
+    if node.fork_offset is None:
+        return f"{node.run_id} · {steps}"
+    return f"{node.run_id} · @{node.fork_offset} · {steps}"
+
+
+def _params(journals: Journals) -> dict[str, str]:
+    """`k=v, ...` for runs with a `params` column value (a fan-out's branch parameters)."""
+    runs = journals.to_arrow("runs")
+    if "params" not in runs.column_names:
+        return {}
+    found = {}
+    for run_id, value in zip(
+        runs.column("run_id").to_pylist(), runs.column("params").to_pylist(), strict=True
+    ):
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
+        if value is None or value == {} or value == "":
+            continue
+        if isinstance(value, dict):
+            text = ", ".join(f"{key}={_short(item)}" for key, item in value.items())
+        else:
+            text = _short(value)
+        found[run_id] = text if len(text) <= _PARAMS_WIDTH else text[: _PARAMS_WIDTH - 1] + "…"
+    return found
+
+
+def _short(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _edited(journals: Journals) -> set[str]:
+    """Runs with an `edited` entry (a fork that replaced a copied step's result)."""
+    for table in ("runs", "entries"):  # a Literal each
+        data = journals.to_arrow(table)
+        if "edited" in data.column_names and pa.types.is_boolean(data.column("edited").type):
+            marked = data.filter(pc.fill_null(data.column("edited"), False))
+            return set(marked.column("run_id").to_pylist())
+    return set()
+
+
+def run_header(journals: Journals, run_id: str, node: TreeNode) -> dict[str, Any]:
+    """The selected run's own fields for the details panel (times as ISO text)."""
+    runs = journals.to_arrow("runs")
+    found = runs.filter(pc.equal(runs.column("run_id"), run_id)).to_pylist()
+    row = found[0] if found else {"run_id": run_id}
+    header = {key: _plain(value) for key, value in row.items()}
+    header.update(color=status_color(node.status), label=node.label, params=node.params)
+    header["edited"] = node.edited
+    return header
+
+
+def entry_page(
+    journals: Journals, run_id: str, page: int, *, entries: pa.Table | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """Page `page` of a run's entries (`PAGE` at a time) for the browser, and the page count."""
+    table = entries if entries is not None else _entries(journals, run_id)
+    pages = max(1, -(-table.num_rows // PAGE))
+    page = min(max(page, 0), pages - 1)
+    chunk = table.slice(page * PAGE, PAGE)
+    copied = "copied" in chunk.column_names
+    shown = []
+    for entry in chunk.to_pylist():
+        shown.append(
+            {
+                "offset": entry["offset"],
+                "session": entry["session"],
+                "time": _time(entry["timestamp"]),
+                "type": entry["type"],
+                "id": entry["step_id"] or entry["event"] or "",
+                "value": entry["value"],
+                "copied": bool(entry.get("copied")) if copied else False,
+                "edited": bool(entry.get("edited")),
+            }
+        )
+    return shown, pages
+
+
+def _entries(journals: Journals, run_id: str) -> pa.Table:
+    table = journals.to_arrow("entries")
+    return table.filter(pc.equal(table.column("run_id"), run_id))
+
+
+def _time(value: datetime | None) -> str:
+    """`2026-01-01 00:00:01.500` (UTC): the date too, as runs span days."""
+    if value is None:
+        return ""
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, datetime):
+        return _time(value) + " UTC"
+    if isinstance(value, float) and value != value:
+        return None
+    return value

@@ -1,0 +1,205 @@
+"""RunTree: the fork forest of some runs as one widget model, drawn by its own JavaScript.
+
+The forest goes to the browser once, as columns (`_rows.rows`); tree.js draws only the rows
+scrolled into view, folds subtrees, filters by run id, status or params, and shows the
+selected run's details beside the tree. The selected run's entries are sent when it is
+selected, `PAGE` at a time. Everything the browser shows is a traitlet here, so the tree works
+headless too: `select()`, `nodes`, `legend`, `details` and `entries` are plain data.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import pyarrow as pa
+import traitlets
+
+from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore.frames import Journals
+from kassette.explore.lineage import lineage
+from kassette.explore.widgets import _rows
+from kassette.explore.widgets._rows import PAGE, TreeNode
+
+__all__ = ["PAGE", "RunTree", "TreeNode"]
+
+_HERE = Path(__file__).parent
+
+
+class RunTree(anywidget.AnyWidget):
+    """The fork forest of `journals`: click a run to see its entries beside the tree.
+
+    `selected` (a traitlet: observe it, or set it) is the selected run id; `nodes` maps run ids
+    to `TreeNode`s (label, colour, depth, source); `legend` is the [label, colour] pairs the
+    colours mean; `details` is the selected run's row of the runs table and `entries` the
+    page `page` of its entries. `color_by` is "status", a numeric column of the runs table, or
+    a mapping of run id to number. With `workflow`, a suspended run's details offer a resume
+    form; `live=True` (or `watch()`) re-reads changed journals every `interval` seconds.
+    """
+
+    _esm = (_HERE / "tree.js").read_text(encoding="utf-8")
+    _css = (_HERE / "tree.css").read_text(encoding="utf-8")
+
+    selected = traitlets.Unicode(None, allow_none=True).tag(sync=True)
+    page = traitlets.Int(0).tag(sync=True)
+    # the forest's columns as JSON text: one string, which ipywidgets does not walk item by item
+    _forest = traitlets.Unicode("{}").tag(sync=True)
+    legend: traitlets.List[Any] = traitlets.List().tag(sync=True)
+    details = traitlets.Dict().tag(sync=True)
+    entries: traitlets.List[Any] = traitlets.List().tag(sync=True)
+    pages = traitlets.Int(1).tag(sync=True)
+    message = traitlets.Unicode("").tag(sync=True)
+    can_resume = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(
+        self,
+        journals: Journals,
+        *,
+        selected: str | None = None,
+        color_by: str | Mapping[str, float] = "status",
+        workflow: Any = None,
+        live: bool = False,
+        interval: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.add_class("kassette-run-tree")
+        self.workflow = workflow
+        self.can_resume = workflow is not None
+        self.color_by = color_by
+        self.nodes: dict[str, TreeNode] = {}
+        self.forest: dict[str, list[Any]] = {}  # the columns the browser draws
+        self._entries_table: pa.Table | None = None
+        self._watcher: Any = None
+        self._lock = threading.RLock()
+        self.observe(self._selection_changed, names="selected")
+        self.observe(self._page_moved, names="page")
+        self.on_msg(self._message)
+        self._show(journals, selected, strict=True)
+        if live:
+            self.watch(interval)
+
+    # -- the public surface ------------------------------------------------------------------
+
+    def update(self, journals: Journals, *, selected: str | None = None) -> None:
+        """Show `journals` instead (keeping the selection if that run is still there)."""
+        self._show(journals, selected, strict=False)
+
+    def select(self, run_id: str) -> None:
+        """Select a run, as clicking its node does."""
+        self.lineage[run_id]  # raises RunNotFoundError for a run not shown
+        self.selected = run_id
+
+    def recolor(self, color_by: str | Mapping[str, float]) -> None:
+        """Colour the nodes by status, a numeric runs column, or a run id -> number mapping."""
+        self.color_by = color_by
+        self._show(self.journals, self.selected, strict=False)
+
+    def watch(self, interval: float = 1.0) -> None:
+        """Re-read the journals that changed every `interval` seconds, in a background thread."""
+        from kassette.explore.widgets.live import Watcher
+
+        if self.journals.storage is None:
+            raise InvalidArgumentError("these journals were not loaded from a storage")
+        self.unwatch()
+        self._watcher = Watcher(self, interval)
+
+    def unwatch(self) -> None:
+        """Stop watching (nothing happens if the tree is not watching)."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+
+    @property
+    def watching(self) -> bool:
+        return self._watcher is not None
+
+    def resume(self, event: str, value: Any = None) -> Any:
+        """`workflow.resume(selected, event, value)`, as the details panel's resume form does."""
+        if self.workflow is None:
+            raise InvalidArgumentError("this tree has no workflow to resume runs with: pass one")
+        if self.selected is None:
+            raise InvalidArgumentError("no run is selected")
+        result = self.workflow.resume(self.selected, event, value)
+        if self.journals.storage is not None:
+            self.refresh()
+        return result
+
+    def refresh(self) -> None:
+        """Read the journals that changed since they were shown, and show them."""
+        from kassette.explore.widgets.live import refreshed
+
+        journals = refreshed(self)
+        if journals is not None:
+            self.update(journals)
+
+    def __repr__(self) -> str:
+        count = len(self.nodes)
+        return (
+            f"RunTree: {count} run{'s' if count != 1 else ''}, "
+            f"selected {self.selected}\n{self.lineage!r}"
+        )
+
+    # -- drawing -----------------------------------------------------------------------------
+
+    def _show(self, journals: Journals, selected: str | None, *, strict: bool) -> None:
+        with self._lock:
+            forest = lineage(journals)
+            if strict and selected is not None and selected not in forest:
+                where = f" of {journals.storage!r}" if journals.storage is not None else ""
+                raise RunNotFoundError(
+                    f"run {selected} is not among the {len(forest)} runs{where}", run_id=selected
+                )
+            self.journals, self.lineage = journals, forest
+            colors, legend = _rows.node_colors(journals, forest, self.color_by)
+            columns, self.nodes = _rows.rows(journals, forest, colors)
+            keep = selected if selected is not None else self.selected
+            if keep not in self.nodes:
+                keep = next(iter(self.nodes), None)
+            with self.hold_sync():
+                self.legend = [list(item) for item in legend]
+                self.forest = columns
+                self._forest = json.dumps(columns, ensure_ascii=False, separators=(",", ":"))
+                if keep == self.selected:
+                    self._show_selected(page=self.page)
+                else:
+                    self.selected = keep
+
+    def _selection_changed(self, change: Any = None) -> None:
+        if self.selected is not None and self.selected not in self.nodes:
+            self.selected = change["old"] if change else None  # a stale click: keep the old
+            return
+        with self.hold_sync():
+            self._show_selected(page=0)
+
+    def _page_moved(self, change: Any) -> None:
+        if self.selected is not None and change["new"] != change["old"]:
+            self._show_selected(page=change["new"])
+
+    def _show_selected(self, *, page: int) -> None:
+        if self.selected is None:
+            self._entries_table = None
+            self.details, self.entries, self.pages = {}, [], 1
+            return
+        run_id = self.selected
+        table = _rows._entries(self.journals, run_id)
+        shown, pages = _rows.entry_page(self.journals, run_id, page, entries=table)
+        self.details = _rows.run_header(self.journals, run_id, self.nodes[run_id])
+        self.entries, self.pages = shown, pages
+        self.page = min(max(page, 0), pages - 1)
+
+    def _message(self, widget: Any, content: Any, buffers: Any = None) -> None:
+        """The browser's resume form: `{"kind": "resume", "event": E, "value": JSON text}`."""
+        if not isinstance(content, dict) or content.get("kind") != "resume":
+            return
+        try:
+            text = content.get("value") or "null"
+            result = self.resume(str(content.get("event")), json.loads(text))
+        except Exception as exc:  # shown in the widget: a click has no caller to raise to
+            self.message = f"{type(exc).__name__}: {exc}"
+        else:
+            status = getattr(result, "status", "")
+            self.message = f"resumed {content.get('event')}: {status}"
