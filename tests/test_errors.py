@@ -81,7 +81,9 @@ def test_the_tree_has_exactly_these_errors() -> None:
         and issubclass(value, BaseException)
         and value.__module__ == "kassette.errors"
     }
-    assert defined == {*SPEC_ERRORS, "ConflictError", "Suspended"}
+    # beside the spec: a lost race handled inside kassette, and the CLI's and kx.load's
+    # missing `file:` directory
+    assert defined == {*SPEC_ERRORS, "ConflictError", "StorageNotFoundError", "Suspended"}
     assert errors.__all__ == sorted(defined)
     for name in defined:  # the module docstring draws the whole tree
         assert name in (errors.__doc__ or "")

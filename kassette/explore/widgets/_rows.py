@@ -22,7 +22,17 @@ from kassette.errors import InvalidArgumentError
 from kassette.explore.frames import Journals
 from kassette.explore.lineage import STATUS_COLORS, Lineage, RunNode
 
-__all__ = ["PAGE", "TreeNode", "entry_page", "legend", "node_colors", "rows"]
+__all__ = [
+    "PAGE",
+    "TreeNode",
+    "entries_of",
+    "entry_page",
+    "legend",
+    "node_colors",
+    "rows",
+    "run_header",
+    "status_color",
+]
 
 PAGE = 100  # entries of the selected run sent at a time
 OTHER_COLOR = "#444"  # a status kassette does not know (a newer journal's)
@@ -214,7 +224,7 @@ def entry_page(
     journals: Journals, run_id: str, page: int, *, entries: pa.Table | None = None
 ) -> tuple[list[dict[str, Any]], int]:
     """Page `page` of a run's entries (`PAGE` at a time) for the browser, and the page count."""
-    table = entries if entries is not None else _entries(journals, run_id)
+    table = entries if entries is not None else entries_of(journals, run_id)
     pages = max(1, -(-table.num_rows // PAGE))
     page = min(max(page, 0), pages - 1)
     chunk = table.slice(page * PAGE, PAGE)
@@ -236,7 +246,7 @@ def entry_page(
     return shown, pages
 
 
-def _entries(journals: Journals, run_id: str) -> pa.Table:
+def entries_of(journals: Journals, run_id: str) -> pa.Table:
     table = journals.to_arrow("entries")
     return table.filter(pc.equal(table.column("run_id"), run_id))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,9 +20,6 @@ from kassette.explore._read import oldest_first, read_batches
 from kassette.explore.frames import Journals
 from kassette.storage import Storage
 from kassette.storage.local import LocalStorage
-
-if TYPE_CHECKING:
-    from kassette.explore.widgets.tree import RunTree
 
 __all__ = ["Watcher", "changed_runs", "refreshed"]
 
@@ -56,9 +53,8 @@ def _token(storage: Storage, run_id: str) -> str | None:
     return None if snapshot is None else snapshot.token
 
 
-def refreshed(tree: RunTree) -> Journals | None:
-    """The tree's journals with the changed runs read again; None when nothing changed."""
-    journals = tree.journals
+def refreshed(journals: Journals) -> Journals | None:
+    """`journals` with the changed runs read again; None when nothing changed."""
     changed, gone = changed_runs(journals)
     if not changed and not gone:
         return None
@@ -88,10 +84,13 @@ def refreshed(tree: RunTree) -> Journals | None:
 
 
 class Watcher:
-    """Calls `tree.refresh()` every `interval` seconds until `stop()`."""
+    """Calls `refresh()` every `interval` seconds until `stop()`; an exception stops it and
+    goes to `failed` as text."""
 
-    def __init__(self, tree: RunTree, interval: float) -> None:
-        self._tree, self._interval = tree, interval
+    def __init__(
+        self, refresh: Callable[[], None], failed: Callable[[str], None], interval: float
+    ) -> None:
+        self._refresh, self._failed, self._interval = refresh, failed, interval
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kassette-run-tree", daemon=True)
         self._thread.start()
@@ -104,7 +103,7 @@ class Watcher:
     def _loop(self) -> None:
         while not self._stopped.wait(self._interval):
             try:
-                self._tree.refresh()
+                self._refresh()
             except Exception as exc:  # shown in the widget: a thread has no caller
-                self._tree.message = f"watching stopped: {type(exc).__name__}: {exc}"
+                self._failed(f"watching stopped: {type(exc).__name__}: {exc}")
                 return

@@ -22,8 +22,16 @@ import traitlets
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore.frames import Journals
 from kassette.explore.lineage import lineage
-from kassette.explore.widgets import _rows
-from kassette.explore.widgets._rows import PAGE, TreeNode
+from kassette.explore.widgets._rows import (
+    PAGE,
+    TreeNode,
+    entries_of,
+    entry_page,
+    node_colors,
+    rows,
+    run_header,
+)
+from kassette.explore.widgets.live import Watcher, refreshed
 
 __all__ = ["PAGE", "RunTree", "TreeNode"]
 
@@ -100,12 +108,14 @@ class RunTree(anywidget.AnyWidget):
 
     def watch(self, interval: float = 1.0) -> None:
         """Re-read the journals that changed every `interval` seconds, in a background thread."""
-        from kassette.explore.widgets.live import Watcher
-
         if self.journals.storage is None:
             raise InvalidArgumentError("these journals were not loaded from a storage")
+        if not interval > 0:
+            raise InvalidArgumentError(
+                f"interval must be a positive number of seconds, not {interval!r}"
+            )
         self.unwatch()
-        self._watcher = Watcher(self, interval)
+        self._watcher = Watcher(self.refresh, self._stopped, interval)
 
     def unwatch(self) -> None:
         """Stop watching (nothing happens if the tree is not watching)."""
@@ -130,11 +140,14 @@ class RunTree(anywidget.AnyWidget):
 
     def refresh(self) -> None:
         """Read the journals that changed since they were shown, and show them."""
-        from kassette.explore.widgets.live import refreshed
+        with self._lock:
+            journals = refreshed(self.journals)
+            if journals is not None:
+                self.update(journals)
 
-        journals = refreshed(self)
-        if journals is not None:
-            self.update(journals)
+    def _stopped(self, why: str) -> None:
+        self._watcher = None
+        self.message = why
 
     def __repr__(self) -> str:
         count = len(self.nodes)
@@ -154,8 +167,8 @@ class RunTree(anywidget.AnyWidget):
                     f"run {selected} is not among the {len(forest)} runs{where}", run_id=selected
                 )
             self.journals, self.lineage = journals, forest
-            colors, legend = _rows.node_colors(journals, forest, self.color_by)
-            columns, self.nodes = _rows.rows(journals, forest, colors)
+            colors, legend = node_colors(journals, forest, self.color_by)
+            columns, self.nodes = rows(journals, forest, colors)
             keep = selected if selected is not None else self.selected
             if keep not in self.nodes:
                 keep = next(iter(self.nodes), None)
@@ -185,9 +198,9 @@ class RunTree(anywidget.AnyWidget):
             self.details, self.entries, self.pages = {}, [], 1
             return
         run_id = self.selected
-        table = _rows._entries(self.journals, run_id)
-        shown, pages = _rows.entry_page(self.journals, run_id, page, entries=table)
-        self.details = _rows.run_header(self.journals, run_id, self.nodes[run_id])
+        table = entries_of(self.journals, run_id)
+        shown, pages = entry_page(self.journals, run_id, page, entries=table)
+        self.details = run_header(self.journals, run_id, self.nodes[run_id])
         self.entries, self.pages = shown, pages
         self.page = min(max(page, 0), pages - 1)
 

@@ -1,0 +1,105 @@
+"""RunTree live: only changed journals are read again; suspended shows; resume from the tree."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, kassette
+from kassette import explore as kx
+from kassette.explore.widgets import live
+from kassette.testing import FakeClock
+
+
+def gated_agent(storage: Any, gate: threading.Event) -> Any:
+    @kassette(storage=storage, clock=FakeClock())
+    def agent(ctx: Any, task: str) -> Any:
+        ctx.step("plan", lambda: f"plan {task}")
+        gate.wait(10)
+        ctx.step("work", lambda: "done")
+        return ctx.suspend("review", reason="check")
+
+    return agent
+
+
+def test_refresh_reads_only_the_journals_that_changed(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "store")
+    gate = threading.Event()
+    gate.set()
+    agent = gated_agent(storage, gate)
+    for name in ("a", "b", "c"):
+        agent.start(name, run_id=name)
+    journals = kx.load(storage)
+    assert live.changed_runs(journals) == ([], [])
+    agent.resume("b", "review", {"ok": True})
+    agent.start("d", run_id="d")
+    assert live.changed_runs(journals) == (["b", "d"], [])
+    read: list[str] = []
+    real = storage.read
+    storage.read = lambda run_id: read.append(run_id) or real(run_id)  # type: ignore[method-assign]
+    fresh = live.refreshed(journals)
+    assert fresh is not None and sorted(read) == ["b", "d"]  # a and c were not read
+    runs = fresh.runs.set_index("run_id")
+    assert runs.loc["b", "status"] == "completed" and runs.loc["d", "status"] == "suspended"
+    assert fresh.run_ids == kx.load(storage).run_ids  # oldest first, as a load lists them
+    assert fresh.to_arrow("entries").num_rows == kx.load(storage).to_arrow("entries").num_rows
+    assert live.refreshed(fresh) is None
+
+
+def test_a_suspended_run_shows_within_one_interval(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "store")
+    gate = threading.Event()
+    agent = gated_agent(storage, gate)
+    worker = threading.Thread(target=agent.start, args=("x",), kwargs={"run_id": "bg"})
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while storage.read("bg") is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tree = kx.RunTree(kx.load(storage), live=True, interval=0.05)
+        assert tree.watching and tree.nodes["bg"].status == "running"
+        assert tree.nodes["bg"].label == "bg · 1 step"
+        gate.set()
+        worker.join(10)
+        deadline = time.monotonic() + 10
+        while tree.nodes["bg"].status != "suspended" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert tree.nodes["bg"].status == "suspended" and tree.nodes["bg"].label == "bg · 2 steps"
+        assert tree.details["pending_events"] == ["review"]  # the selected run, redrawn
+    finally:
+        gate.set()
+        worker.join(10)
+        tree.unwatch()
+    assert not tree.watching
+
+
+def test_resume_from_the_tree_calls_the_workflow(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "store")
+    gate = threading.Event()
+    gate.set()
+    agent = gated_agent(storage, gate)
+    agent.start("t", run_id="waiting")
+    tree = kx.RunTree(kx.load(storage), workflow=agent)
+    assert tree.can_resume and tree.details["status"] == "suspended"
+    tree._message(tree, {"kind": "resume", "event": "review", "value": '{"ok": true}'})
+    assert tree.message == "resumed review: success"
+    assert tree.nodes["waiting"].status == "completed"  # the tree read the journal again
+    tree._message(tree, {"kind": "resume", "event": "review", "value": "{}"})
+    assert tree.message.startswith("TerminalRunError")  # shown, not raised
+    bare = kx.RunTree(kx.load(storage))
+    assert not bare.can_resume
+    with pytest.raises(InvalidArgumentError, match="no workflow"):
+        bare.resume("review", {})
+
+
+def test_watch_needs_a_storage_and_a_positive_interval() -> None:
+    tree = kx.RunTree(kx.Journals(kx.ENTRY_SCHEMA.empty_table(), kx.RUN_SCHEMA.empty_table()))
+    with pytest.raises(InvalidArgumentError, match="not loaded from a storage"):
+        tree.watch()
+    tree = kx.RunTree(kx.load(MemoryStorage()))
+    with pytest.raises(InvalidArgumentError, match="positive"):
+        tree.watch(0)
