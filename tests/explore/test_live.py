@@ -58,7 +58,10 @@ def test_a_suspended_run_shows_within_one_interval(tmp_path: Path) -> None:
     worker.start()
     try:
         deadline = time.monotonic() + 10
-        while storage.read("bg") is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # until the plan step is written
+            stored = storage.read("bg")
+            if stored is not None and b'"stepId":"plan"' in stored.data:
+                break
             time.sleep(0.01)
         tree = kx.RunTree(kx.load(storage), live=True, interval=0.05)
         assert tree.watching and tree.nodes["bg"].status == "running"
@@ -66,7 +69,9 @@ def test_a_suspended_run_shows_within_one_interval(tmp_path: Path) -> None:
         gate.set()
         worker.join(10)
         deadline = time.monotonic() + 10
-        while tree.nodes["bg"].status != "suspended" and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (
+            tree.nodes["bg"].status == "suspended" and tree.details.get("pending_events")
+        ):  # the tree, then the selected run's details, are redrawn by the watcher's thread
             time.sleep(0.02)
         assert tree.nodes["bg"].status == "suspended" and tree.nodes["bg"].label == "bg · 2 steps"
         assert tree.details["pending_events"] == ["review"]  # the selected run, redrawn
