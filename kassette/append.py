@@ -41,7 +41,12 @@ def read(storage: Storage, run_id: str) -> tuple[Journal, str]:
 
 
 def append(
-    storage: Storage, run_id: str, entries: Sequence[Mapping[str, Any]], token: str | None
+    storage: Storage,
+    run_id: str,
+    entries: Sequence[Mapping[str, Any]],
+    token: str | None,
+    *,
+    data: bytes = b"",
 ) -> str:
     """Append `entries` at `token`: the one way kassette writes a journal. Returns the new token.
 
@@ -49,9 +54,11 @@ def append(
     written (an ambiguous failure, such as a timeout after the write committed, or a retried
     request conflicting with its own first attempt), so nothing is journaled twice. Otherwise
     the error is raised: `ConflictError` when the journal moved, for the caller to re-plan.
+    `data`, when given, is `entries` encoded already.
     """
+    data = data or b"".join(encode(entry) for entry in entries)
     try:
-        return storage.append(run_id, b"".join(encode(entry) for entry in entries), token=token)
+        return storage.append(run_id, data, token=token)
     except StorageError:
         landed = _landed(storage, run_id, entries)
         if landed is None:
@@ -59,16 +66,19 @@ def append(
         return landed
 
 
-def commit(storage: Storage, journal: Journal, entry: Entry, token: str, clock: Clock) -> str:
+def commit(
+    storage: Storage, journal: Journal, entry: Entry, token: str, clock: Clock, line: bytes = b""
+) -> str:
     """Append `entry` of an open session at `token`, retrying while the session is not fenced.
 
-    Returns the new token. The journal is not modified here.
+    `line` is the entry encoded, when the caller has it. Returns the new token. The journal is
+    not modified here.
     """
     run_id, offset, session = journal.run_id, entry["offset"], entry["session"]
     delay = _FIRST_BACKOFF
     for _ in range(APPEND_ATTEMPTS):
         try:
-            return append(storage, run_id, [entry], token)
+            return append(storage, run_id, [entry], token, data=line)
         except StorageError as exc:
             failure = exc
         if not isinstance(failure, ConflictError):

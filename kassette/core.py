@@ -25,6 +25,7 @@ from kassette.codec import (
     Entry,
     StartEntry,
     check_json,
+    encode,
     event_name,
     format_timestamp,
     validate_name,
@@ -128,7 +129,7 @@ class Step:
             raise InvalidArgumentError(
                 f"step {self.step_id!r} is recorded already", run_id=self.run.run_id
             )
-        value = self.run._append_step(
+        self.entry = self.run._append_step(
             self.step_id,
             self.name,
             result,
@@ -136,8 +137,7 @@ class Step:
             attempts=attempts,
             duration_ms=(time.perf_counter() - self._started) * 1000,
         )
-        self.entry = self.run.journal.steps[self.step_id]
-        return value
+        return self.entry["result"]
 
 
 class Run:
@@ -345,8 +345,8 @@ class Run:
         kind: StepKind = "step",
         attempts: int | None = None,
         duration_ms: float | None = None,
-    ) -> Any:
-        """Journal a live step's result; return it as replay will see it."""
+    ) -> Entry:
+        """Journal a live step's result; return its entry (the result as replay will see it)."""
         value = check_json(result, f"result of step {step_id!r}")
         fields: dict[str, Any] = {"stepId": step_id, "name": name, "result": value}
         if kind != "step":
@@ -355,8 +355,7 @@ class Run:
             fields["attempts"] = attempts
         if duration_ms is not None and kind == "step":  # a sleep or a block calls nothing
             fields["durationMs"] = round(duration_ms, 3)
-        self._append("step", fields)
-        return value
+        return self._append("step", fields)
 
     def _check_unused(self, step_id: str, kind: str) -> None:
         other = (
@@ -383,8 +382,9 @@ class Run:
                 "timestamp": format_timestamp(self._clock.time()),
                 **fields,
             }
-            self._token = commit(self.storage, self.journal, entry, self._token, self._clock)
-            self.journal.add(entry)
+            line = encode(entry)  # once: the storage writes it, the journal keeps it
+            self._token = commit(self.storage, self.journal, entry, self._token, self._clock, line)
+            self.journal.add(entry, line=line)
             return entry
 
 

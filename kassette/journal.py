@@ -99,9 +99,10 @@ _T = TypeVar("_T")
 class Entries(Sequence[Entry]):
     """A run's entries in offset order, decoded when read.
 
-    An entry parsed from a journal is kept as the position of its line in the journal's bytes
-    and decoded on each access: as dicts, a journal takes about five times its size on disk in
-    memory, and replay reads each entry once. Entries added live are kept as the dicts they are.
+    An entry parsed from a journal is kept as the position of its line in the journal's bytes,
+    and an entry added live as its encoded line, and both are decoded on each access: as
+    dicts, a journal takes about five times its size on disk in memory, and replay reads each
+    entry once. An entry added without its line is kept as the dict it is.
     """
 
     __slots__ = ("_data", "_items")
@@ -109,7 +110,7 @@ class Entries(Sequence[Entry]):
 
     def __init__(self, data: bytes = b"") -> None:
         self._data = data
-        self._items: list[Entry | int] = []
+        self._items: list[Entry | int | bytes] = []
 
     def __len__(self) -> int:
         return len(self._items)
@@ -135,13 +136,15 @@ class Entries(Sequence[Entry]):
     def __repr__(self) -> str:
         return repr(list(self))
 
-    def _append(self, item: Entry | int) -> None:
+    def _append(self, item: Entry | int | bytes) -> None:
         self._items.append(item)
 
-    def _decode(self, item: Entry | int) -> Entry:
+    def _decode(self, item: Entry | int | bytes) -> Entry:
         if type(item) is int:
             data = self._data
             return decode_line(data[item : data.index(b"\n", item)])  # type: ignore[no-any-return]
+        if type(item) is bytes:
+            return decode_line(item)  # type: ignore[no-any-return]
         return item  # type: ignore[return-value]
 
 
@@ -233,12 +236,18 @@ class Journal:
     def next_offset(self) -> int:
         return len(self.entries)
 
-    def add(self, entry: Mapping[str, Any], *, line_number: int | None = None) -> None:
-        """Check an entry's envelope and fold it into the indexes and the state."""
-        self._fold(entry, entry, line_number)  # type: ignore[arg-type]  # a dict at runtime
+    def add(
+        self, entry: Mapping[str, Any], *, line_number: int | None = None, line: bytes = b""
+    ) -> None:
+        """Check an entry's envelope and fold it into the indexes and the state.
 
-    def _fold(self, entry: object, item: Entry | int, line_number: int | None) -> None:
-        """`add` `entry`, kept in `entries` as `item`: itself, or its line's position."""
+        Given its encoded `line` (as written), the journal keeps that instead of the dict.
+        """
+        self._fold(entry, line or entry, line_number)  # type: ignore[arg-type]  # a dict
+
+    def _fold(self, entry: object, item: Entry | int | bytes, line_number: int | None) -> None:
+        """`add` `entry`, kept in `entries` as `item`: itself, its line, or its line's
+        position."""
         entry = check_entry(entry, self.run_id, len(self.entries), line_number)
         self.entries._append(item)
         kind, offset, session = entry["type"], entry["offset"], entry["session"]

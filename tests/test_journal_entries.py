@@ -184,3 +184,26 @@ def test_a_parsed_journal_holds_about_its_size_in_memory() -> None:
         tracemalloc.stop()
     assert journal.status().steps == 2000
     assert held < len(data) / 2  # only the indexes: the bytes were the caller's already
+
+
+def test_a_live_run_keeps_its_entries_as_the_lines_it_wrote(tmp_path: Any) -> None:
+    from kassette.core import open_run
+    from kassette.storage.local import LocalStorage
+
+    results = [
+        {"choices": [{"message": {"content": f"answer {i} " + "word " * 150}}], "usage": [i] * 20}
+        for i in range(300)
+    ]
+    storage = LocalStorage(tmp_path)
+    with open_run(storage, "r1", metadata=None) as run:
+        tracemalloc.start()
+        try:
+            for result in results:
+                assert run.record("s", lambda result=result: result) == result
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert run.journal.steps["s#300"]["result"] == results[299]
+    snapshot = storage.read("r1")
+    assert snapshot is not None
+    assert held < 1.5 * len(snapshot.data)  # as dicts: about five times the journal
