@@ -1,8 +1,9 @@
 """Reading status and holding a live run: two costs as ratios against a floor of the same run.
 
   list    `kassette list` (the CLI's function, in process) over a store of N runs (default
-          10,000; a start, 8 steps of ~300-byte results and a terminal entry each), over
-          reading every journal's bytes (`LocalStorage.read` of each run), median of rounds
+          10,000; a start, 8 steps and, in two runs of three, a `complete` each; step results
+          chat-completion-like, ~1 KB, or `--small` ones of ~300 bytes), over reading every
+          journal's bytes (`LocalStorage.read` of each run), median of rounds
   live    the memory a live run of N steps (default 20,000, ~1 KB results) adds to a fresh
           child process (peak RSS less the RSS before it starts), over the journal's size
 
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kassette import LocalStorage
 from kassette.cli import main as cli_main
@@ -58,10 +60,12 @@ print(peak - before, os.path.getsize(os.path.join({directory!r}, "live.jsonl")))
 """
 
 
-def write_store(directory: Path, runs: int) -> None:
+def write_store(directory: Path, runs: int, *, small: bool = False) -> None:
+    from bench_local import llm_result
+
     stamp = format_timestamp(1_767_225_600.0)
-    result = {"text": "x" * 240, "tokens": 123}
     for number in range(runs):
+        result = {"text": "x" * 240, "tokens": 123} if small else llm_result(number)
         lines = [{"type": "start", "session": 1, "offset": 0, "timestamp": stamp, "metadata": {}}]
         for step in range(8):
             lines.append(
@@ -117,17 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--small", action="store_true", help="~300-byte step results")
     args = parser.parse_args(argv)
     print(
         f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}"
     )
     with tempfile.TemporaryDirectory() as directory:
-        write_store(Path(directory), args.runs)
+        write_store(Path(directory), args.runs, small=args.small)
         listed, raw = measure_list(Path(directory), args.rounds)
     added, size = measure_live(args.steps)
     figures = {
         "list": {
             "runs": args.runs,
+            "results": "~300 B" if args.small else "~1 KB",
             "list_s": round(listed, 3),
             "read_s": round(raw, 3),
             "ratio": round(listed / raw, 2),

@@ -24,6 +24,7 @@ __all__ = [
     "KNOWN_TYPES",
     "REQUIRED_TEXT",
     "TERMINAL_TYPES",
+    "UTF8_ERRORS",
     "CancelEntry",
     "CompleteEntry",
     "Entry",
@@ -137,6 +138,10 @@ def encode(entry: Mapping[str, Any]) -> bytes:
     return (_ENCODER.encode(entry) + "\n").encode()
 
 
+UTF8_ERRORS = "surrogatepass"
+"""How a journal line's bytes are read as text, by every reader (`decode_line`, status)."""
+
+
 def decode_line(line: bytes) -> Any:
     """`json.loads(line)`, less its wrappers: a line that starts with `{"` is UTF-8 and its
     value starts at once, so the C scanner can be called directly.
@@ -145,7 +150,7 @@ def decode_line(line: bytes) -> Any:
     """
     if not line.startswith(b'{"'):
         return json.loads(line)
-    text = line.decode("utf-8", "surrogatepass")
+    text = line.decode("utf-8", UTF8_ERRORS)
     try:
         value, end = _SCAN(text, 0)
     except StopIteration as stop:  # the scanner's "no value here", as raw_decode reports it

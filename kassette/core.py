@@ -37,6 +37,7 @@ from kassette.errors import (
     InvalidArgumentError,
     MetadataMismatchError,
     ReplayMismatchError,
+    RunNotFoundError,
     StorageError,
     Suspended,
     VersionMismatchError,
@@ -87,8 +88,11 @@ def read_journal(storage: Storage, run_id: str) -> Journal:
 
 
 def run_status(storage: Storage, run_id: str) -> RunStatus:
-    """The run's status, derived from its journal."""
-    return read_journal(storage, run_id).status()
+    """The run's status, derived from its journal (step results are not decoded)."""
+    snapshot = storage.read(validate_run_id(run_id))
+    if snapshot is None:
+        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+    return Journal.status_of(snapshot.data, run_id)
 
 
 class Step:

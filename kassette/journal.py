@@ -10,6 +10,7 @@ The codec's and the state's names are re-exported here, where they were first de
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
@@ -18,6 +19,7 @@ from kassette.codec import (
     KNOWN_TYPES,
     REQUIRED_TEXT,
     TERMINAL_TYPES,
+    UTF8_ERRORS,
     CancelEntry,
     CompleteEntry,
     Entry,
@@ -94,6 +96,11 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+# a step line as kassette and upstream write it: the envelope in this order, `stepId`, `name`
+_STEP_LINE = re.compile(
+    rb'\{"type":"step","session":([1-9][0-9]{0,17}),"offset":([0-9]{1,18}),'
+    rb'"timestamp":"([^"\\]*)","stepId":"(?:[^"\\]|\\.)*","name":"'
+)
 
 
 class Entries(Sequence[Entry]):
@@ -232,6 +239,60 @@ class Journal:
             start = stop + 1
         return journal
 
+    @staticmethod
+    def status_of(data: bytes, run_id: str) -> RunStatus:
+        """The run's status from its journal's bytes, as `parse(...).status()` gives it, without
+        decoding step lines: a step's result does not change the run's status.
+
+        A step line as kassette and upstream write it (`_STEP_LINE`) is checked for its
+        envelope (type, session, the offset expected there, a timestamp), its `stepId` and
+        `name`, for text and for ending its object; the rest (its result) is read by replay,
+        `dump` and `kassette.explore`.
+        Every other line is decoded and checked as `parse` does.
+        """
+        state, max_session, steps, count = RunState(), 0, 0, 0
+        stamps: dict[int, Any] = {}  # the timestamps `created_at` may need: entry 0, non-steps
+        last: Any = None  # the last entry, or the match of the last step line
+        session_text = b""  # a step line's session as written, while it repeats
+        match_step = _STEP_LINE.match
+        lines = bytes(data).split(b"\n")
+        lines.pop()  # what follows the last newline: nothing, or a torn line
+        for number, line in enumerate(lines, 1):
+            step = match_step(line)
+            if (
+                step is not None
+                and int(step[2]) == count
+                and line.endswith(b"}")
+                and (line.isascii() or _is_text(line))
+            ):
+                if step[1] != session_text:
+                    session_text = step[1]
+                    max_session = max(max_session, int(session_text))
+                steps += 1
+                last = step
+            else:
+                try:
+                    decoded = decode_line(line)
+                except ValueError:
+                    decoded = None
+                last = check_entry(decoded, run_id, count, number)
+                max_session = max(max_session, last["session"])
+                if last["type"] == "step":
+                    steps += 1
+                else:
+                    state = reduce_entry(state, last)
+                stamps[count] = last.get("timestamp")
+            count += 1
+        if type(last) is not dict and last is not None:  # a step line's match
+            last = {"timestamp": last[3].decode("utf-8", UTF8_ERRORS)}
+            if count == 1:
+                stamps[0] = last["timestamp"]
+        if 0 not in stamps and count:  # entry 0 is a step line: read its envelope
+            stamps[0] = decode_line(lines[0]).get("timestamp")
+        stamp = last.get("timestamp") if last is not None else None
+        created = state.created_offset if state.created_offset is not None else 0
+        return _status(run_id, state, max_session, count, steps, stamps.get(created), stamp)
+
     @property
     def next_offset(self) -> int:
         return len(self.entries)
@@ -337,18 +398,49 @@ class Journal:
 
     def status(self) -> RunStatus:
         state, entries = self.state, self.entries
+        if not entries:
+            return _status(self.run_id, state, self.max_session, 0, 0, None, None)
         created = state.created_offset if state.created_offset is not None else 0
-        return RunStatus(
-            run_id=self.run_id,
-            status=state.status,
-            version=state.version,
-            source=dict(state.source) if state.source is not None else None,
-            sessions=self.max_session,
-            entries=len(entries),
-            steps=self.step_entries,
-            pending_events=state.pending_events,
-            result=state.result,
-            error=state.error,
-            created_at=entries[created].get("timestamp") if entries else None,
-            updated_at=entries[-1].get("timestamp") if entries else None,
+        return _status(
+            self.run_id,
+            state,
+            self.max_session,
+            len(entries),
+            self.step_entries,
+            entries[created].get("timestamp"),
+            entries[-1].get("timestamp"),
         )
+
+
+def _status(
+    run_id: str,
+    state: RunState,
+    sessions: int,
+    entries: int,
+    steps: int,
+    created_at: str | None,
+    updated_at: str | None,
+) -> RunStatus:
+    return RunStatus(
+        run_id=run_id,
+        status=state.status,
+        version=state.version,
+        source=dict(state.source) if state.source is not None else None,
+        sessions=sessions,
+        entries=entries,
+        steps=steps,
+        pending_events=state.pending_events,
+        result=state.result,
+        error=state.error,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def _is_text(line: bytes) -> bool:
+    """Whether `line` reads as text by the journal's one rule (`UTF8_ERRORS`)."""
+    try:
+        line.decode("utf-8", UTF8_ERRORS)
+    except UnicodeDecodeError:
+        return False
+    return True

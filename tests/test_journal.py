@@ -783,3 +783,74 @@ def test_a_timestamp_without_a_zone_is_utc(monkeypatch: pytest.MonkeyPatch) -> N
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+# -- a run's status without decoding step results ------------------------------------------------
+
+
+STEP_RESULTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["step", "step", "step-reordered", "suspend", "resume", "note"]),
+            st.text(max_size=6),
+            STEP_RESULTS,
+            st.integers(1, 3),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([None, "complete", "cancel"]),
+    st.binary(max_size=6),
+)
+def test_status_without_step_bodies_is_the_parsed_journals_status(
+    shape: list[tuple[str, str, Any, int]], end: str | None, torn: bytes
+) -> None:
+    stamp = "2026-05-08T14:21:03Z"
+    entries: list[dict[str, Any]] = [
+        {"type": "start", "session": 1, "offset": 0, "timestamp": stamp, "metadata": None}
+    ]
+    session = 1
+    for kind, text, result, bump in shape:
+        session = max(session, bump)
+        envelope = {"session": session, "offset": len(entries), "timestamp": stamp}
+        if kind == "step":
+            entries.append(
+                {"type": "step", **envelope, "stepId": text, "name": "n", "result": result}
+            )
+        elif kind == "step-reordered":  # a writer with another key order: the slow path
+            entries.append(
+                {"name": "n", "type": "step", "result": result, **envelope, "stepId": text}
+            )
+        elif kind in ("suspend", "resume"):
+            entries.append({"type": kind, **envelope, "eventId": text or "e", "event": "e"})
+        else:
+            entries.append({"type": "note", **envelope, "text": text})
+    if end is not None:
+        entries.append({"type": end, "session": session, "offset": len(entries), "timestamp": "x"})
+    data = b"".join(encode(entry) for entry in entries) + torn.replace(b"\n", b"")
+    assert Journal.status_of(data, "r") == Journal.parse(data, "r").status()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":"step","session":1,"offset":2,"timestamp":"t","stepId":"a","name":"n","result":1}',
+        b'{"type":"step","session":0,"offset":1,"timestamp":"t","stepId":"a","name":"n","result":1}',
+        b'{"type":"step","session":1,"offset":1,"timestamp":"t","stepId":"a","name":7,"result":1}',
+        b'{"type":"step","session":1,"offset":1,"timestamp":"t","stepId":"a","name":"n\xff"}',
+        b'{"type":"step","session":1,"offset":1,"timestamp":"t","stepId":"a","name":"n"',
+    ],
+)
+def test_status_without_step_bodies_still_finds_a_broken_step_envelope(line: bytes) -> None:
+    start = encode({"type": "start", "session": 1, "offset": 0, "timestamp": "t"})
+    with pytest.raises(JournalCorruptionError):
+        Journal.parse(start + line + b"\n", "r")
+    with pytest.raises(JournalCorruptionError):
+        Journal.status_of(start + line + b"\n", "r")

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from kassette import KassetteError, LocalStorage, Suspended
 from kassette import explore as kx
 from kassette.cli import main as cli_main
-from kassette.core import cancel_run, fork_run, open_run, run_status
+from kassette.core import cancel_run, fork_run, open_run, read_journal, run_status
 from kassette.explore import _decode
 from kassette.journal import Journal, RunStatus, encode, format_timestamp, reduce_run
 from kassette.testing import FakeClock
@@ -172,6 +172,7 @@ def check_consumers_agree(storage: LocalStorage, folder: Path) -> None:
     assert {run["runId"]: run["status"] for run in listed} == rows["status"].to_dict()
     for run_id in run_ids:
         status = run_status(storage, run_id)
+        assert status == read_journal(storage, run_id).status(), "status without step bodies"
         assert json.loads(cli(folder, "status", run_id)) == json.loads(json.dumps(status.to_dict()))
         lines = _bytes(storage, run_id).splitlines()
         state = reduce_run(json.loads(line) for line in lines)
