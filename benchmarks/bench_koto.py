@@ -107,7 +107,7 @@ def main() -> int:
             "--storage",
             f"file:{home / 'sessions' / 'reader'}",
             "status",
-            "reader",
+            "koto-reader.state",  # the session's run id: upstream's koto-NAME.state.jsonl
         ]
         measures = {
             "python -c pass": [sys.executable, "-c", "pass"],
@@ -122,7 +122,9 @@ def main() -> int:
         for _ in range(calls):
             for label, argv in measures.items():
                 times[label].append(timed(argv, environment, work))
-        entries = len((home / "sessions" / "mover" / "mover.jsonl").read_text().splitlines())
+        entries = len(
+            (home / "sessions" / "mover" / "koto-mover.state.jsonl").read_text().splitlines()
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     baseline = statistics.median(times["python -c pass"])

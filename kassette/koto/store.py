@@ -16,7 +16,6 @@ Files are content-addressed, so writing one never races.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from kassette.errors import KassetteError
@@ -103,6 +102,8 @@ class Sessions:
 
     def remove(self, name: str) -> None:
         """Delete everything of the session (idempotent), its local directory included."""
+        import shutil  # here: `koto next` imports this module, and shutil costs it time
+
         try:
             self.objects.delete_run(validate_name(name))
             shutil.rmtree(session_dir(self.home, name))

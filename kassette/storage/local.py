@@ -28,7 +28,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -207,6 +206,8 @@ class LocalStorage:
 
     def delete_run(self, run_id: str) -> None:
         """Delete the run's journal, its objects and its lock if no live process holds it."""
+        import shutil  # here: it imports compression modules that nothing else needs
+
         journal = Path(self._journal(run_id))
         lock = self.path / f"{run_id}.lock"
         try:
