@@ -7,6 +7,8 @@
     kx.compare(journals, ["plan", "plan-retry"])   # steps side by side, first divergence marked
     kx.RunTree(journals)                   # a widget: click a run to see its entries
     kx.CompareView(journals, run_ids)      # a widget: many branches side by side, with diffs
+    kx.timeline(journals)                  # a chart: each run's steps on a time axis
+    journals.sql("select ... from runs")   # DuckDB over runs, entries and llm_calls
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
 
@@ -29,14 +31,22 @@ except ImportError as exc:  # pragma: no cover - exercised in a bare environment
 from kassette.explore.branches import Branches, fan_out  # noqa: E402
 from kassette.explore.compare import compare  # noqa: E402
 from kassette.explore.export import export  # noqa: E402
-from kassette.explore.frames import ENTRY_SCHEMA, RUN_SCHEMA, Journals, load  # noqa: E402
+from kassette.explore.frames import (  # noqa: E402
+    ENTRY_SCHEMA,
+    LLM_CALL_SCHEMA,
+    RUN_SCHEMA,
+    Journals,
+    load,
+)
 from kassette.explore.lineage import Lineage, RunNode, lineage  # noqa: E402
+from kassette.explore.timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if TYPE_CHECKING:
     from kassette.explore.widgets import CompareView, ForkExplorer, RunTree
 
 __all__ = [
     "ENTRY_SCHEMA",
+    "LLM_CALL_SCHEMA",
     "RUN_SCHEMA",
     "Branches",
     "CompareView",
@@ -50,6 +60,7 @@ __all__ = [
     "fan_out",
     "lineage",
     "load",
+    "timeline",
 ]
 
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}

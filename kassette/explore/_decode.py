@@ -28,13 +28,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from kassette.codec import REQUIRED_TEXT, check_entry, parse_moment, to_json
+from kassette.explore.llm import llm_calls, token_totals
 from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode"]
 
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
-ENTRY_SCHEMA = pa.schema(
+_READ_ENTRY_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("offset", pa.int64(), nullable=False),
@@ -49,6 +50,8 @@ ENTRY_SCHEMA = pa.schema(
         pa.field("value", pa.large_string(), nullable=False),
     ]
 )
+# `copied`: the entry is one a fork copied from its source (its offset is before the fork's)
+ENTRY_SCHEMA = _READ_ENTRY_SCHEMA.append(pa.field("copied", pa.bool_(), nullable=False))
 
 RUN_SCHEMA = pa.schema(
     [
@@ -64,6 +67,10 @@ RUN_SCHEMA = pa.schema(
         pa.field("duration_s", pa.float64()),
         pa.field("pending_events", pa.list_(pa.string()), nullable=False),
         pa.field("error", pa.string()),
+        # the run's own model calls and tokens: a fork's copied prefix is its source's
+        pa.field("llm_calls", pa.int64(), nullable=False),
+        pa.field("input_tokens", pa.int64(), nullable=False),
+        pa.field("output_tokens", pa.int64(), nullable=False),
     ]
 )
 
@@ -150,8 +157,16 @@ class Batch:
 
 def decode(batch: Batch) -> tuple[pa.Table, pa.Table]:
     """The entries table and the runs table of every run in `batch`, in `batch`'s order."""
-    entries = _entries(batch)
-    return entries, _runs(entries, batch.run_ids, batch.counts(batch.line_ends()))
+    read = _entries(batch)
+    counts = batch.counts(batch.line_ends())
+    columns, fork_offsets = _runs(read, batch.run_ids, counts)
+    # an entry before its fork's offset was copied from the source run
+    cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
+    offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
+    entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
+    calls, given, taken = token_totals(llm_calls(entries), list(batch.run_ids))
+    columns += [pa.array(calls), pa.array(given), pa.array(taken)]
+    return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 
 def _entries(batch: Batch) -> pa.Table:
@@ -172,7 +187,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     ends = batch.line_ends()
     total = len(ends)
     if total == 0:
-        return ENTRY_SCHEMA.empty_table()
+        return _READ_ENTRY_SCHEMA.empty_table()
     if len(batch.data) >= _MAX_VIEW_BYTES:
         return None
     counts = batch.counts(ends)
@@ -231,7 +246,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         parsed.column("durationMs"),
         _values(batch.data, payload_starts, ends),
     ]
-    return pa.Table.from_arrays(columns, schema=ENTRY_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=_READ_ENTRY_SCHEMA)
 
 
 def _payload_starts(
@@ -295,7 +310,7 @@ def _values(data: bytearray, starts: IntArray, ends: IntArray) -> pa.Array:
 
 def _python_entries(run_id: str, data: bytes) -> pa.Table:
     """Entries of one run read line by line; corruption raises like `Journal.parse`."""
-    columns: dict[str, list[Any]] = {name: [] for name in ENTRY_SCHEMA.names}
+    columns: dict[str, list[Any]] = {name: [] for name in _READ_ENTRY_SCHEMA.names}
     lines = data.split(b"\n")[:-1]
     for number, line in enumerate(lines, start=1):
         try:
@@ -323,7 +338,7 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
         columns["duration_ms"].append(_number(entry.get("durationMs")))
         payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
         columns["value"].append(to_json(payload))
-    return pa.table(columns, schema=ENTRY_SCHEMA)
+    return pa.table(columns, schema=_READ_ENTRY_SCHEMA)
 
 
 def _text(value: object) -> str | None:
@@ -387,23 +402,23 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     duration = pc.divide(
         pc.cast(pc.subtract(ended, started), pa.int64()), pa.scalar(1000.0, pa.float64())
     )
-    return pa.Table.from_arrays(
-        [
-            pa.array(run_ids, pa.string()),
-            pa.array([state.status for state in states], pa.string()),
-            pa.array([state.version for state in states], pa.string()),
-            pa.array([_source_field(state, "runId", str) for state in states], pa.string()),
-            pa.array([_source_field(state, "fromOffset", int) for state in states], pa.int64()),
-            pa.array(sessions, pa.int64()),
-            pa.array(steps, pa.int64()),
-            started,
-            ended,
-            duration,
-            pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
-            pa.array([str(s.error) if s.error else None for s in states], pa.string()),
-        ],
-        schema=RUN_SCHEMA,
-    )
+    fork_offsets = [_source_field(state, "fromOffset", int) for state in states]
+    columns = [
+        pa.array(run_ids, pa.string()),
+        pa.array([state.status for state in states], pa.string()),
+        pa.array([state.version for state in states], pa.string()),
+        pa.array([_source_field(state, "runId", str) for state in states], pa.string()),
+        pa.array(fork_offsets, pa.int64()),
+        pa.array(sessions, pa.int64()),
+        pa.array(steps, pa.int64()),
+        started,
+        ended,
+        duration,
+        pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
+        pa.array([str(s.error) if s.error else None for s in states], pa.string()),
+    ]
+    forks = np.array([-1 if o is None else o for o in fork_offsets], dtype=np.int64)
+    return columns, forks
 
 
 def _source_field(state: RunState, key: str, kind: type) -> Any:

@@ -23,11 +23,13 @@ from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
 from kassette.explore.export import ParquetSink, check_partition_by
+from kassette.explore.llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.storage import Storage
 
-__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
+__all__ = ["ENTRY_SCHEMA", "LLM_CALL_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
-Table = Literal["entries", "runs"]
+Table = Literal["entries", "runs", "llm_calls"]
+_MISSING_MARK = "\u2013"  # an en dash: one mark for a missing value, whatever the column's type
 
 
 class Journals:
@@ -65,13 +67,33 @@ class Journals:
         return self._frame("runs")
 
     @property
+    def llm_calls(self) -> pd.DataFrame:
+        """One row per journaled model call (a step whose result is a chat completion, a
+        Responses API response, or a stream of either, as `kassette.integrations.openai`
+        records them): `run_id, offset, step_id, model, input_tokens, output_tokens,
+        total_tokens, duration_ms, copied` (a fork's copy of its source's call)."""
+        return self._frame("llm_calls")
+
+    def sql(self, query: str) -> pd.DataFrame:
+        """Run DuckDB SQL over the `runs`, `entries` and `llm_calls` tables (scanned in place,
+        as Arrow) and return the result as a frame."""
+        from kassette.explore.sql import sql
+
+        return sql(self, query)
+
+    @property
     def run_ids(self) -> list[str]:
         return self._tables["runs"].column("run_id").to_pylist()  # type: ignore[no-any-return]
 
     def to_arrow(self, table: Table = "entries") -> pa.Table:
-        """The `entries` (default) or `runs` table, with `ENTRY_SCHEMA` or `RUN_SCHEMA`."""
+        """The `entries` (default), `runs` or `llm_calls` table, with `ENTRY_SCHEMA`,
+        `RUN_SCHEMA` or `LLM_CALL_SCHEMA`."""
+        if table == "llm_calls" and table not in self._tables:
+            self._tables[table] = llm_calls(self._tables["entries"])
         if table not in self._tables:
-            raise InvalidArgumentError(f"table must be 'entries' or 'runs', not {table!r}")
+            raise InvalidArgumentError(
+                f"table must be 'entries', 'runs' or 'llm_calls', not {table!r}"
+            )
         return self._tables[table]
 
     def to_parquet(
@@ -113,17 +135,22 @@ class Journals:
         )
 
     def _repr_html_(self) -> str:
+        """The runs table, one line per run (a wide table scrolls sideways rather than
+        wrapping run ids over three lines), every missing value shown as one mark."""
         title = html.escape(repr(self)[1:-1])
-        table = self.runs.to_html(index=False, max_rows=50, na_rep="")
-        return f"<div><p><b>{title}</b></p>{table}</div>"
+        runs = self.runs
+        shown = runs.astype(object).where(runs.notna(), float("nan"))  # <NA>, NaT, None alike
+        table = shown.to_html(index=False, max_rows=50, na_rep=_MISSING_MARK)
+        table = table.replace("<table", "<table style='white-space:nowrap'", 1)
+        return f"<div><p><b>{title}</b></p><div style='overflow-x:auto'>{table}</div></div>"
 
     # -- for lineage, compare and the widgets ----------------------------------------------
 
-    def _frame(self, table: str) -> pd.DataFrame:
+    def _frame(self, table: Table) -> pd.DataFrame:
         frame = self._frames.get(table)
         if frame is None:
-            types = {pa.int64(): pd.Int64Dtype()} if table == "runs" else {}
-            frame = self._tables[table].to_pandas(types_mapper=types.get)
+            types = {pa.int64(): pd.Int64Dtype()} if table != "entries" else {}
+            frame = self.to_arrow(table).to_pandas(types_mapper=types.get)
             self._frames[table] = frame
         return frame
 

@@ -41,7 +41,11 @@ from kassette.core import read_journal
 
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 FORK_NOTEBOOK = "fork-into-files.ipynb"
-SAVED = ["01-explore-a-run.ipynb", "02-speculative-forks.ipynb"]  # stored with widget state
+SAVED = [
+    "01-explore-a-run.ipynb",
+    "02-speculative-forks.ipynb",
+    "05-views.ipynb",
+]  # with widget state
 WIDGET = "application/vnd.jupyter.widget-view+json"
 START_TIMEOUT = 60.0  # JupyterLab's server, then its page
 CELL_TIMEOUT = 120_000  # ms: a whole notebook's cells
@@ -432,8 +436,12 @@ def check_widgets(panel: Locator, shown: int) -> None:
     assert not [t for t in text if "Error displaying widget" in t or PLAIN_WIDGET.search(t)]
     for tree in panel.locator(".kassette-run-tree").all():
         legend, nodes = tree.evaluate(COLOURS)
+        assert nodes, "a tree with no node drawn"
+        if "completed" not in legend.values():  # coloured by a number: a scale
+            assert all(colour in legend for _, colour in nodes), (nodes, legend)
+            continue
         assert list(legend.values()) == ["completed", "failed", "canceled", "suspended", "running"]
-        for tooltip, colour in nodes:  # "run-id: status", the button's colour as drawn
+        for tooltip, colour in nodes:  # "run-id: status", the node's colour as drawn
             assert legend[colour] == tooltip.rsplit(": ", 1)[1], (tooltip, colour, legend)
 
 

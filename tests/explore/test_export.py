@@ -198,3 +198,37 @@ def test_arrow_tables_can_be_concatenated_across_loads(scenario: Scenario) -> No
     empty = kx.load(MemoryStorage()).to_arrow()
     both = pa.concat_tables([first, empty])
     assert both.num_rows == first.num_rows
+
+
+def test_partitioned_export_reads_back_with_duckdb_and_pyarrow(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    import duckdb
+
+    summary = kx.export(scenario.storage, tmp_path / "out", partition_by=["run_id"])
+    entries = tmp_path / "out" / "entries"
+    assert sorted(path.name for path in entries.iterdir()) == [f"run_id={r}" for r in sorted(RUNS)]
+    assert all(len(list(path.iterdir())) == 1 for path in entries.iterdir())  # a file per run
+    assert summary["entries"] == kx.load(scenario.storage).to_arrow().num_rows
+    pattern = str(entries / "**" / "*.parquet")
+    counted = duckdb.sql(
+        f"select run_id, count(*) as n from read_parquet('{pattern}', hive_partitioning=true) "
+        "group by run_id order by run_id"
+    ).fetchall()
+    whole = kx.load(scenario.storage).entries
+    assert counted == sorted(whole.groupby("run_id").size().items())
+    dataset = pa_dataset.dataset(entries, format="parquet", partitioning="hive")
+    assert dataset.to_table().num_rows == len(whole)
+    by_type = kx.export(scenario.storage, tmp_path / "types", partition_by="type")
+    assert {p.name for p in (tmp_path / "types" / "entries").iterdir()} >= {"type=step"}
+    assert by_type["runs"] == len(RUNS)
+
+
+def test_partition_by_is_checked_before_writing(scenario: Scenario, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="partition_by takes entry columns"):
+        kx.export(scenario.storage, tmp_path / "a", partition_by=["value"])
+    with pytest.raises(InvalidArgumentError, match="format='parquet'"):
+        kx.export(scenario.storage, tmp_path / "b", format="csv", partition_by="run_id")
+    with pytest.raises(InvalidArgumentError, match="at least one"):
+        kx.export(scenario.storage, tmp_path / "c", partition_by=[])
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,165 @@
+"""Model calls and tokens, SQL over journals, and the timeline chart."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from kassette import InvalidArgumentError, MemoryStorage, RunNotFoundError
+from kassette import explore as kx
+from kassette.core import fork_run
+from kassette.journal import encode, format_timestamp
+
+
+def chat(tokens: tuple[int, int]) -> dict[str, Any]:
+    usage = {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}
+    usage["total_tokens"] = sum(tokens)
+    return {"id": "c1", "object": "chat.completion", "model": "gpt-x", "usage": usage}
+
+
+def response(tokens: tuple[int, int]) -> dict[str, Any]:
+    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": sum(tokens)}
+    return {"id": "r1", "object": "response", "model": "gpt-r", "usage": usage}
+
+
+STEPS = [
+    ("chat.completions.create", chat((100, 20))),
+    ("lookup", {"usage": {"prompt_tokens": 9}, "note": "not a model call"}),
+    ("responses.create", response((50, 5))),
+    (
+        "stream",
+        {
+            "stream": [
+                {"object": "chat.completion.chunk", "model": "gpt-s", "choices": []},
+                {
+                    "object": "chat.completion.chunk",
+                    "model": "gpt-s",
+                    "usage": chat((7, 3))["usage"],
+                },
+            ]
+        },
+    ),
+    (
+        "rstream",
+        {
+            "stream": [
+                {"type": "response.created", "response": {"object": "response"}},
+                {"type": "response.completed", "response": response((4, 1))},
+            ]
+        },
+    ),
+]
+
+
+def journal(steps: list[tuple[str, Any]], start: float = 1.767e9) -> bytes:
+    lines = [{"type": "start", "metadata": {}}]
+    lines += [{"type": "step", "stepId": n, "name": n, "result": r, "durationMs": 1500.0}
+              for n, r in steps]  # fmt: skip
+    lines.append({"type": "suspend", "eventId": "review", "event": "review"})
+    return b"".join(
+        encode({"type": line["type"], "session": 1, "offset": number,
+                "timestamp": format_timestamp(start + 2 * number),
+                **{k: v for k, v in line.items() if k != "type"}})
+        for number, line in enumerate(lines)
+    )  # fmt: skip
+
+
+@pytest.fixture
+def storage() -> MemoryStorage:
+    storage = MemoryStorage()
+    storage.append("calls", journal(STEPS), token=None)
+    fork_run(storage, "calls", offset=3, new_run_id="fork")  # copies the first two model calls
+    return storage
+
+
+def test_llm_calls_has_a_row_per_model_call(storage: MemoryStorage) -> None:
+    journals = kx.load(storage)
+    calls = journals.llm_calls
+    own = calls[calls["run_id"] == "calls"]
+    assert own["step_id"].tolist() == ["chat.completions.create", "responses.create", "stream",
+                                       "rstream"]  # fmt: skip
+    assert own["model"].tolist() == ["gpt-x", "gpt-r", "gpt-s", "gpt-r"]
+    assert own["input_tokens"].tolist() == [100, 50, 7, 4]
+    assert own["output_tokens"].tolist() == [20, 5, 3, 1]
+    assert own["total_tokens"].tolist() == [120, 55, 10, 5]
+    assert own["duration_ms"].tolist() == [1500.0] * 4 and not own["copied"].any()
+    copied = calls[calls["run_id"] == "fork"]
+    assert copied["step_id"].tolist() == ["chat.completions.create"]  # offset 1 < 3
+    assert copied["copied"].tolist() == [True]
+    assert journals.to_arrow("llm_calls").schema == kx.LLM_CALL_SCHEMA
+
+
+def test_runs_count_only_their_own_calls_and_entries_say_copied(storage: MemoryStorage) -> None:
+    journals = kx.load(storage)
+    runs = journals.runs.set_index("run_id")
+    assert runs.loc["calls", ["llm_calls", "input_tokens", "output_tokens"]].tolist() == [
+        4,
+        161,
+        29,
+    ]
+    assert runs.loc["fork", ["llm_calls", "input_tokens", "output_tokens"]].tolist() == [0, 0, 0]
+    entries = journals.entries
+    fork = entries[entries["run_id"] == "fork"]
+    assert fork["copied"].tolist() == [True, True, True, False]  # start at 3 is its own
+    assert not entries[entries["run_id"] == "calls"]["copied"].any()
+    assert journals.to_arrow("runs").schema == kx.RUN_SCHEMA
+    assert journals.to_arrow("entries").schema == kx.ENTRY_SCHEMA
+
+
+def test_sql_over_runs_entries_and_llm_calls(storage: MemoryStorage) -> None:
+    journals = kx.load(storage)
+    frame = journals.sql(
+        "select r.run_id, count(c.offset) as calls, sum(c.input_tokens) as tokens "
+        "from runs r left join llm_calls c on c.run_id = r.run_id and not c.copied "
+        "group by r.run_id order by r.run_id"
+    )
+    assert isinstance(frame, pd.DataFrame)
+    assert frame["run_id"].tolist() == ["calls", "fork"]
+    assert frame["calls"].tolist() == [4, 0]
+    steps = journals.sql("select count(*) as n from entries where type = 'step'")
+    assert steps["n"].tolist() == [int((journals.entries["type"] == "step").sum())]
+    with pytest.raises(InvalidArgumentError, match=r"sql: .*nope"):
+        journals.sql("select * from nope")
+    with pytest.raises(InvalidArgumentError):
+        journals.sql("  ")
+
+
+def values(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chart's data, inlined in the spec (as a named dataset)."""
+    name = spec["data"]["name"]
+    return spec["datasets"][name]  # type: ignore[no-any-return]
+
+
+def test_timeline_draws_steps_and_waits(storage: MemoryStorage) -> None:
+    journals = kx.load(storage)
+    chart = kx.timeline(journals, ["calls"])
+    assert repr(chart) == "Timeline: 1 runs, 5 steps, 1 waits"
+    first = chart.bars[0]
+    assert first["run_id"] == "calls" and first["name"] == "chat.completions.create"
+    assert first["duration_s"] == 1.5 and first["end"] == "2025-12-29T09:20:02.000Z"
+    assert first["start"] == "2025-12-29T09:20:00.500Z"  # the entry's time less its duration
+    wait = chart.bars[-1]
+    assert wait["kind"] == "suspended" and wait["start"] == wait["end"]  # nothing after it yet
+    bundle = chart._repr_mimebundle_()
+    spec = bundle["application/vnd.vegalite.v5+json"]
+    assert spec["$schema"].endswith("vega-lite/v5.json")
+    assert len(values(spec)) == 6 and "text/plain" in bundle
+    with pytest.raises(RunNotFoundError):
+        kx.timeline(journals, ["typo"])
+
+
+def test_timeline_of_500_runs_keeps_the_global_row_limit() -> None:
+    storage = MemoryStorage()
+    for run in range(500):
+        storage.append(f"r{run:03d}", journal(STEPS * 3, start=1.767e9 + run), token=None)
+    journals = kx.load(storage)
+    chart = kx.timeline(journals)
+    spec = chart.to_dict()
+    assert len(values(spec)) == 500 * 16 > 5000  # Altair's default limit
+    assert json.dumps(spec)  # serialisable as it is
+    assert alt.data_transformers.options.get("max_rows", 5000) == 5000  # left alone
+    assert len(spec["layer"][0]["encoding"]["y"]["sort"]) == 500
