@@ -218,7 +218,8 @@ def general_path_runs(storage: LocalStorage, run_ids: list[str]) -> pa.Table:
         batch.add(run_id, data)
         tables.append(_decode._python_entries(run_id, data[: data.rfind(b"\n") + 1]))
     entries = pa.concat_tables(tables) if tables else _decode.ENTRY_SCHEMA.empty_table()
-    return _decode._runs(entries, run_ids, batch.counts(batch.line_ends())).sort_by("run_id")
+    _, runs = _decode.with_runs(entries, run_ids, batch.counts(batch.line_ends()))
+    return runs.sort_by("run_id")
 
 
 def cli(folder: Path, *args: str) -> str:

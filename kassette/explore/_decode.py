@@ -31,7 +31,7 @@ from kassette.codec import REQUIRED_TEXT, check_entry, parse_moment, to_json
 from kassette.explore.llm import llm_calls, token_totals
 from kassette.state import RunState, reduce_entry
 
-__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode"]
+__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
 
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
@@ -157,14 +157,22 @@ class Batch:
 
 def decode(batch: Batch) -> tuple[pa.Table, pa.Table]:
     """The entries table and the runs table of every run in `batch`, in `batch`'s order."""
-    read = _entries(batch)
-    counts = batch.counts(batch.line_ends())
-    columns, fork_offsets = _runs(read, batch.run_ids, counts)
+    return with_runs(_entries(batch), batch.run_ids, batch.counts(batch.line_ends()))
+
+
+def with_runs(
+    read: pa.Table, run_ids: Sequence[str], counts: IntArray
+) -> tuple[pa.Table, pa.Table]:
+    """The entries as read (any `copied` column is recomputed) with `copied`, and the runs
+    table, for runs `run_ids` holding `counts` entries each, in that order."""
+    if "copied" in read.column_names:
+        read = read.drop_columns(["copied"])
+    columns, fork_offsets = _runs(read, run_ids, counts)
     # an entry before its fork's offset was copied from the source run
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
-    calls, given, taken = token_totals(llm_calls(entries), list(batch.run_ids))
+    calls, given, taken = token_totals(llm_calls(entries), list(run_ids))
     columns += [pa.array(calls), pa.array(given), pa.array(taken)]
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
