@@ -55,8 +55,9 @@ def fault_proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
 
 @pytest.fixture
 def proxied_client(fault_proxy: FaultProxy) -> Iterator[S3Client]:
-    """A client whose requests pass through `fault_proxy`; it gives up on a reply after 5s."""
-    client = make_client(fault_proxy.url, read_timeout=5)
+    """A client whose requests pass through `fault_proxy`; it gives up on a reply after 20s
+    (moto lists a thousand keys in seconds on a loaded machine)."""
+    client = make_client(fault_proxy.url, read_timeout=20)
     yield client
     client.close()
 
