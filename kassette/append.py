@@ -26,7 +26,7 @@ from kassette.errors import (
 from kassette.journal import Journal
 from kassette.storage import Storage, validate_run_id
 
-__all__ = ["APPEND_ATTEMPTS", "append", "commit", "read"]
+__all__ = ["APPEND_ATTEMPTS", "append", "commit", "commit_all", "read"]
 
 APPEND_ATTEMPTS = 5
 _FIRST_BACKOFF = 0.05  # seconds before the second attempt after an I/O error; doubles after
@@ -74,11 +74,24 @@ def commit(
     `line` is the entry encoded, when the caller has it. Returns the new token. The journal is
     not modified here.
     """
-    run_id, offset, session = journal.run_id, entry["offset"], entry["session"]
+    return commit_all(storage, journal, [entry], token, clock, line)
+
+
+def commit_all(
+    storage: Storage,
+    journal: Journal,
+    entries: Sequence[Entry],
+    token: str,
+    clock: Clock,
+    data: bytes = b"",
+) -> str:
+    """`commit` for consecutive entries of one session, written together (a group commit):
+    all of them land, or none. `data` is them encoded, when the caller has it."""
+    run_id, offset, session = journal.run_id, entries[0]["offset"], entries[0]["session"]
     delay = _FIRST_BACKOFF
     for _ in range(APPEND_ATTEMPTS):
         try:
-            return append(storage, run_id, [entry], token, data=line)
+            return append(storage, run_id, entries, token, data=data)
         except StorageError as exc:
             failure = exc
         if not isinstance(failure, ConflictError):

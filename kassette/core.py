@@ -17,10 +17,11 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-from kassette.append import append, commit, read
+from kassette.append import append, commit_all, read
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
     KNOWN_TYPES,
+    TERMINAL_TYPES,
     CancelEntry,
     Entry,
     StartEntry,
@@ -40,6 +41,7 @@ from kassette.errors import (
     RunNotFoundError,
     StorageError,
     Suspended,
+    TerminalRunError,
     VersionMismatchError,
 )
 from kassette.fork import ForkPlan, plan_fork
@@ -174,6 +176,12 @@ class Run:
         self._clock = clock
         self._mutex = threading.RLock()
         self._unreplayed = len(journal.steps) + len(journal.suspends)
+        # group commit: entries numbered and queued, written by one thread at a time (`_flush`)
+        self._commits = threading.Condition(threading.Lock())
+        self._queue: list[_Queued] = []
+        self._writing = False
+        self._next_offset = journal.next_offset
+        self._ending: str | None = None  # the terminal entry queued, not written yet
 
     def __enter__(self) -> Run:
         return self
@@ -377,19 +385,85 @@ class Run:
             )
 
     def _append(self, kind: str, fields: dict[str, Any]) -> Entry:
+        """Journal an entry; return once it is durable (its write returned), not before.
+
+        Entries appended concurrently (parallel branches) are written together: whichever
+        thread finds no write in progress writes everything queued, in one append (one
+        `write` and `fsync` on `LocalStorage`), while the others wait for it.
+        """
         with self._mutex:
             self.journal.ensure_open()
-            entry: Entry = {
-                "type": kind,
-                "session": self.session,
-                "offset": self.journal.next_offset,
-                "timestamp": format_timestamp(self._clock.time()),
-                **fields,
-            }
-            line = encode(entry)  # once: the storage writes it, the journal keeps it
-            self._token = commit(self.storage, self.journal, entry, self._token, self._clock, line)
-            self.journal.add(entry, line=line)
-            return entry
+            with self._commits:
+                if self._ending is not None:
+                    raise TerminalRunError(
+                        f"run {self.run_id} is ending with {self._ending!r}", run_id=self.run_id
+                    )
+                entry: Entry = {
+                    "type": kind,
+                    "session": self.session,
+                    "offset": self._next_offset,
+                    "timestamp": format_timestamp(self._clock.time()),
+                    **fields,
+                }
+                # encoded once: the storage writes this line, the journal keeps it
+                queued = _Queued(entry, encode(entry))
+                self._queue.append(queued)
+                self._next_offset += 1
+                if kind in TERMINAL_TYPES:
+                    self._ending = kind
+        self._flush(queued)
+        return entry
+
+    def _flush(self, queued: _Queued) -> None:
+        """Wait until `queued` is written, writing the queue when no other thread is."""
+        with self._commits:
+            while not queued.done:
+                if self._writing:
+                    self._commits.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                self._writing = True
+                self._commits.release()
+                try:
+                    token = commit_all(
+                        self.storage,
+                        self.journal,
+                        [item.entry for item in batch],
+                        self._token,
+                        self._clock,
+                        b"".join(item.line for item in batch),
+                    )
+                except BaseException as exc:
+                    failure: BaseException | None = exc
+                else:
+                    failure = None
+                finally:
+                    self._commits.acquire()
+                    self._writing = False
+                if failure is None:
+                    self._token = token
+                    for item in batch:
+                        self.journal.add(item.entry, line=item.line)
+                        item.done = True
+                else:  # the entries queued since were numbered after these: none is written
+                    for item in (*batch, *self._queue):
+                        item.error, item.done = failure, True
+                    self._queue = []
+                    self._next_offset, self._ending = self.journal.next_offset, None
+                self._commits.notify_all()
+        if queued.error is not None:
+            raise queued.error
+
+
+class _Queued:
+    """An entry waiting for its group commit."""
+
+    __slots__ = ("done", "entry", "error", "line")
+
+    def __init__(self, entry: Entry, line: bytes) -> None:
+        self.entry, self.line = entry, line
+        self.done = False
+        self.error: BaseException | None = None
 
 
 def open_run(

@@ -517,4 +517,7 @@ def test_sleeping_branches(kind: str, storage: Any, clock: FakeClock) -> None:
     steps = step_entries(storage, "r")
     assert steps["parallel/slow/sleep"]["kind"] == "sleep"
     assert steps["parallel/fast/sleep"]["kind"] == "sleep"
-    assert len(clock.slept) == 2  # each branch waited (how long depends on who went first)
+    # each branch waits for its own wake-up time; on a fake clock one branch's sleep moves
+    # time for the other, so how many sleeps remain depends on who went first, but the run
+    # waited for the longest one
+    assert 1 <= len(clock.slept) <= 2 and 30 <= sum(clock.slept) <= 35
