@@ -5,7 +5,8 @@ Usage: `python crash_worker.py CONFIG_JSON`, where the config holds `dir` (the s
 directory), `run_id`, `effects` (the side-effect file), `note` (where the kill point is
 described just before the kill) and `kill` (a kill spec or null):
 
-- `w:K:PHASE`  the journal write of the entry at offset K; PHASE is `before` (nothing written),
+- `w:K:PHASE`  the journal write that holds the entry at offset K (with others, when parallel
+               branches share a group commit); PHASE is `before` (nothing written),
                `torn` (half the line written), `between` (written, not yet fsynced) or `after`
                (fsynced, before the append returns);
 - `a:N:PHASE`  the same, at the N-th journal write this process makes;
@@ -80,33 +81,37 @@ class Hooks:
         os.fsync = self.fsync
         os.link = self.link
 
-    def _hit(self, number: int, entry: dict[str, Any], phase: str) -> bool:
+    def _hit(self, number: int, entry: dict[str, Any], phase: str, lines: int = 1) -> bool:
+        """Whether this write (its first entry, and how many it holds) is the kill point."""
         if phase != self.phase:
             return False
         if self.kind == "w":
-            return entry.get("offset") == int(self.arg)
+            return entry.get("offset", -1) <= int(self.arg) < entry.get("offset", -1) + lines
         return self.kind == "a" and number == int(self.arg)
 
-    def _details(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _details(self, entry: dict[str, Any], lines: int) -> dict[str, Any]:
+        """The write's first entry, and how many entries the write holds (a group commit of
+        parallel branches writes several at once)."""
         keys = ("offset", "type", "session", "stepId", "eventId")
-        return {key: entry[key] for key in keys if key in entry}
+        return {key: entry[key] for key in keys if key in entry} | {"lines": lines}
 
     def write(self, fd: int, data: Any) -> int:
         if bytes(data[:9]) != b'{"type":"':
             return _write(fd, data)
         entry = json.loads(bytes(data).split(b"\n", 1)[0])
+        lines = bytes(data).count(b"\n")
         with self.mutex:
             self.writes += 1
             number = self.writes
-        self.offsets[fd] = (number, entry)
-        if self._hit(number, entry, "before"):
-            die(self.spec, self._details(entry))
-        if self._hit(number, entry, "torn"):
+        self.offsets[fd] = (number, entry, lines)
+        if self._hit(number, entry, "before", lines):
+            die(self.spec, self._details(entry, lines))
+        if self._hit(number, entry, "torn", lines):
             _write(fd, bytes(data[: max(1, len(data) // 2)]))
-            die(self.spec, self._details(entry))
+            die(self.spec, self._details(entry, lines))
         written = _write(fd, data)
-        if self._hit(number, entry, "between"):
-            die(self.spec, self._details(entry))
+        if self._hit(number, entry, "between", lines):
+            die(self.spec, self._details(entry, lines))
         return written
 
     def fsync(self, fd: int) -> None:
@@ -121,8 +126,8 @@ class Hooks:
                 die(self.spec, {"offset": 0})
             return
         _fsync(fd)
-        if self._hit(known[0], known[1], "after"):
-            die(self.spec, self._details(known[1]))
+        if self._hit(known[0], known[1], "after", known[2]):
+            die(self.spec, self._details(known[1], known[2]))
 
     def link(self, source: Any, target: Any, **kwargs: Any) -> None:
         name = os.fspath(target)
