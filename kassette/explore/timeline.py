@@ -72,7 +72,7 @@ def timeline(
     y = alt.Y("run_id:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
     x = alt.X("start:T", title="time (UTC)", axis=alt.Axis(format="%H:%M:%S"))
     steps = (
-        base.mark_bar(height={"band": 0.8})
+        base.mark_bar(size=max(2, band - 4))
         .encode(
             x=x,
             x2="end:T",
@@ -83,7 +83,7 @@ def timeline(
         .transform_filter(alt.datum.kind == "step")
     )
     waits = (
-        base.mark_bar(height={"band": 0.35}, color="#bbbbbb", opacity=0.6)
+        base.mark_bar(size=max(1, band // 3), color="#bbbbbb", opacity=0.7)
         .encode(x=x, x2="end:T", y=y, tooltip=tooltip)
         .transform_filter(alt.datum.kind == "suspended")
     )

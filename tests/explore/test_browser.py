@@ -47,6 +47,7 @@ SAVED = [
     "05-views.ipynb",
 ]  # with widget state
 WIDGET = "application/vnd.jupyter.widget-view+json"
+VEGA_LITE = "application/vnd.vegalite.v5+json"  # kx.timeline
 START_TIMEOUT = 60.0  # JupyterLab's server, then its page
 CELL_TIMEOUT = 120_000  # ms: a whole notebook's cells
 WAIT = 20_000  # ms: any one thing in the page
@@ -401,7 +402,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 @pytest.mark.parametrize(
     "notebook", [*[path.name for path in NOTEBOOKS], FORK_NOTEBOOK], ids=lambda name: name
 )
-def test_the_notebook_runs_and_its_widgets_render(lab: Lab, notebook: str) -> None:
+def test_the_notebook_runs_and_its_widgets_render(lab: Lab, notebook: str, tmp_path: Path) -> None:
     panel = lab.run(notebook)
     cells = lab.cells(notebook)
     for cell in cells:
@@ -412,6 +413,11 @@ def test_the_notebook_runs_and_its_widgets_render(lab: Lab, notebook: str) -> No
     shown = sum(WIDGET in output.get("data", {}) for cell in cells for output in cell["outputs"])
     assert shown or notebook.startswith("03"), "no widget to check"
     check_widgets(panel, shown)
+    charts = sum(VEGA_LITE in output.get("data", {}) for c in cells for output in c["outputs"])
+    drawn = panel.locator(".vega-embed canvas")  # drawn by JupyterLab's own Vega renderer
+    expect(drawn, "a Vega-Lite chart that did not draw").to_have_count(charts)
+    for number, element in enumerate(panel.locator(".kassette-compare, .vega-embed").all()):
+        element.screenshot(path=tmp_path / f"{notebook}-{number}.png")
 
 
 @pytest.mark.parametrize("notebook", SAVED, ids=lambda name: name)

@@ -110,6 +110,8 @@ def test_compare_view_aligns_50_branches_with_diffs_against_a_baseline() -> None
     assert view.baseline == "b00" and view.first_divergence == "write"
     assert view.cells["b00"][1] == "line one\nvariant 0\nline three"  # real newlines
     assert view.cells["b00"][0] == '{\n  "task": "t"\n}'
+    nested = kx.CompareView(journals, runs[:2])
+    assert nested.cells["b00"][2] == "29"  # len(text): plain JSON
     assert view.diffs["b07"][1] == []  # 7 % 7 == 0: the baseline's text
     assert view.diffs["b01"][1] == [
         "@@ -1,3 +1,3 @@",
@@ -128,6 +130,15 @@ def test_compare_view_aligns_50_branches_with_diffs_against_a_baseline() -> None
         kx.CompareView(journals, runs[:3], baseline="b09")
     with pytest.raises(RunNotFoundError):
         kx.CompareView(journals, ["b00", "typo"])
+
+
+def test_nested_strings_keep_their_newlines() -> None:
+    from kassette.explore.widgets.compare import _pretty
+
+    assert _pretty({"reply": {"content": "a\nb", "n": [1, "x"]}}) == (
+        '{\n  "reply": {\n    "content": """\n      a\n      b\n    """,\n'
+        '    "n": [\n      1,\n      "x"\n    ]\n  }\n}'
+    )
 
 
 def test_compare_view_marks_a_step_only_some_branches_have(scenario: Scenario) -> None:

@@ -92,7 +92,23 @@ def _shown(results: dict[str, Any], step_id: str) -> str | None:
     value = results[step_id]
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, indent=2)
+    return _pretty(value)
+
+
+def _pretty(value: Any, indent: str = "") -> str:
+    """Indented JSON, except that a string with newlines shows them (a model's answer, say),
+    as a block between triple quotes."""
+    inner = indent + "  "
+    if isinstance(value, str) and "\n" in value:
+        lines = "\n".join(inner + line for line in value.split("\n"))
+        return f'"""\n{lines}\n{indent}"""'
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(key)}: {_pretty(item, inner)}" for key, item in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and value:
+        items = [inner + _pretty(item, inner) for item in value]
+        return "[\n" + ",\n".join(items) + f"\n{indent}]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _diff(old: str | None, new: str | None) -> list[str]:
