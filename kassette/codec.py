@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, NotRequired, TypedDict
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KNOWN_TYPES",
+    "MAX_DEPTH",
+    "MAX_LINE_DEPTH",
     "REQUIRED_TEXT",
     "TERMINAL_TYPES",
     "UTF8_ERRORS",
@@ -46,7 +49,10 @@ __all__ = [
     "new_run_id",
     "parse_moment",
     "parse_timestamp",
+    "plain",
+    "read_entry",
     "to_json",
+    "too_deep",
     "validate_name",
 ]
 
@@ -61,6 +67,17 @@ REQUIRED_TEXT = {
     "suspend": (("eventId", "name"),),
     "resume": (("eventId", "name"),),
 }
+MAX_DEPTH = 100
+"""How deep arrays and objects may nest in a value kassette journals: a step's result, a run's
+input, a resume's value, a return value. Python's JSON decoder recurses once per level, so a
+limit well under the interpreter's recursion limit (1000) is what lets every accepted value be
+read back wherever replay happens, even deep inside a workflow's own calls."""
+MAX_LINE_DEPTH = MAX_DEPTH + 1
+"""How deep a journal line may nest: a value, and the entry around it."""
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds per
 # call; built once, as encoding is on every append's path
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -81,13 +98,23 @@ def check_json(value: object, what: str) -> Any:
     """Return `value` as replay will see it (via a JSON round trip), or raise a `TypeError`.
 
     Live code and replayed code must get the same value, so a tuple comes back as a list here
-    too. Sets, bytes, arbitrary objects, NaN and infinities are refused.
+    too. Sets, bytes, arbitrary objects, NaN and infinities are refused, and so is a value
+    whose arrays and objects nest deeper than `MAX_DEPTH`: replay must be able to read it back
+    wherever the workflow is.
     """
     try:
         text = _ENCODER.encode(value)
-        text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
+        data = text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
     except (TypeError, ValueError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from exc
+    except RecursionError:  # the encoder recursed as deep as the value: measure it without
+        if not _deeper_than(value, MAX_DEPTH):
+            raise
+        data = None
+    if data is None or too_deep(data, MAX_DEPTH):
+        raise NotSerializableError(
+            f"{what} is nested deeper than {MAX_DEPTH} arrays and objects, kassette's limit"
+        )
     return json.loads(text)
 
 
@@ -138,26 +165,93 @@ def encode(entry: Mapping[str, Any]) -> bytes:
     return (_ENCODER.encode(entry) + "\n").encode()
 
 
-UTF8_ERRORS = "surrogatepass"
-"""How a journal line's bytes are read as text, by every reader (`decode_line`, status)."""
+UTF8_ERRORS = "strict"
+"""How a journal line's bytes are read as text, by every reader (`decode_line`, status):
+strictly, so invalid bytes, surrogates and overlong forms are corruption."""
 
 
 def decode_line(line: bytes) -> Any:
-    """`json.loads(line)`, less its wrappers: a line that starts with `{"` is UTF-8 and its
-    value starts at once, so the C scanner can be called directly.
+    """The JSON value of a journal line (without its `\\n`), by the one rule every reader
+    follows: strict UTF-8 (a leading byte order mark is skipped), JSON, arrays and objects
+    nested at most `MAX_LINE_DEPTH` deep, no string that UTF-8 cannot hold (an escaped lone
+    surrogate). `ValueError` otherwise.
 
-    Every replayed entry is decoded twice (see `Entries`), so the saving counts.
+    A line that starts with `{"` goes to the C scanner directly, without `json.loads`'s
+    wrappers: every replayed entry is decoded twice (see `Entries`), so the saving counts.
     """
-    if not line.startswith(b'{"'):
-        return json.loads(line)
+    if line.startswith(b"\xef\xbb\xbf"):  # a byte order mark, as an editor may write one
+        line = line[3:]
     text = line.decode("utf-8", UTF8_ERRORS)
-    try:
-        value, end = _SCAN(text, 0)
-    except StopIteration as stop:  # the scanner's "no value here", as raw_decode reports it
-        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
-    if end != len(text) and text[end:].strip(" \t\n\r"):
-        raise json.JSONDecodeError("Extra data", text, end)
+    if too_deep(line, MAX_LINE_DEPTH):
+        raise ValueError(f"nested deeper than {MAX_LINE_DEPTH} arrays and objects")
+    if not line.startswith(b'{"'):
+        value = json.loads(text)
+    else:
+        try:
+            value, end = _SCAN(text, 0)
+        except StopIteration as stop:  # the scanner's "no value here", as raw_decode says it
+            raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+        if end != len(text) and text[end:].strip(" \t\n\r"):
+            raise json.JSONDecodeError("Extra data", text, end)
+    if b"\\u" in line and _ESCAPED_SURROGATE.search(line):
+        _ENCODER.encode(value).encode()  # UnicodeEncodeError (a ValueError) for a lone one
     return value
+
+
+def read_entry(line: bytes, run_id: str, expected: int, line_number: int | None = None) -> Entry:
+    """The entry a journal line (without its `\\n`) holds, if it can be the entry at offset
+    `expected` (`decode_line`, then `check_entry`); else `JournalCorruptionError` naming the
+    run, the line and the offset. Every reader of journal lines reads them with this."""
+    try:
+        decoded = decode_line(line)
+    except ValueError as exc:
+        where = f"line {line_number if line_number is not None else expected + 1}"
+        raise JournalCorruptionError(
+            f"run {run_id}: {where} (offset {expected}) is not a JSON object: {exc}",
+            run_id=run_id,
+            offset=expected,
+        ) from None
+    return check_entry(decoded, run_id, expected, line_number)
+
+
+def plain(line: bytes) -> bool:
+    """Whether a line certainly keeps `decode_line`'s rules beyond JSON and UTF-8: nested no
+    deeper than `MAX_LINE_DEPTH`, and no escape that may be a lone surrogate. For a reader that
+    skips decoding a line (the status of a run does not need a step's result); a line this is
+    False for may still decode: decode it to know."""
+    return not too_deep(line) and (b"\\u" not in line or not _ESCAPED_SURROGATE.search(line))
+
+
+def too_deep(data: bytes, limit: int = MAX_LINE_DEPTH) -> bool:
+    """Whether the JSON text `data` nests arrays and objects deeper than `limit`, found
+    without recursion (what it protects is the recursive decoder). A text with fewer brackets
+    than that cannot be; otherwise strings are cut out and innermost pairs removed, a level at
+    a time. A text the removal cannot empty is malformed: left for the parser to refuse."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        inner = _INNERMOST.sub(b"", brackets)
+        if inner == brackets:
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether the arrays and objects (lists, tuples, dicts) of `value` nest deeper than
+    `limit`, walked without recursion."""
+    level: list[object] = [value]
+    for _ in range(limit):
+        level = [
+            inner
+            for item in level
+            if isinstance(item, list | tuple | dict)
+            for inner in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, list | tuple | dict) for item in level)
 
 
 # -- the entry types ---------------------------------------------------------------------------

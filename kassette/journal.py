@@ -40,6 +40,8 @@ from kassette.codec import (
     format_timestamp,
     new_run_id,
     parse_timestamp,
+    plain,
+    read_entry,
     validate_name,
 )
 from kassette.errors import (
@@ -231,11 +233,8 @@ class Journal:
         while start < end:
             stop = data.index(b"\n", start)
             number += 1
-            try:
-                entry = decode_line(data[start:stop])
-            except ValueError:
-                entry = None
-            journal._fold(entry, start, number)
+            entry = read_entry(data[start:stop], run_id, len(journal.entries), number)
+            journal._fold(entry, start)
             start = stop + 1
         return journal
 
@@ -264,6 +263,7 @@ class Journal:
                 and int(step[2]) == count
                 and line.endswith(b"}")
                 and (line.isascii() or _is_text(line))
+                and plain(line)
             ):
                 if step[1] != session_text:
                     session_text = step[1]
@@ -271,11 +271,7 @@ class Journal:
                 steps += 1
                 last = step
             else:
-                try:
-                    decoded = decode_line(line)
-                except ValueError:
-                    decoded = None
-                last = check_entry(decoded, run_id, count, number)
+                last = read_entry(line, run_id, count, number)
                 max_session = max(max_session, last["session"])
                 if last["type"] == "step":
                     steps += 1
@@ -304,12 +300,12 @@ class Journal:
 
         Given its encoded `line` (as written), the journal keeps that instead of the dict.
         """
-        self._fold(entry, line or entry, line_number)  # type: ignore[arg-type]  # a dict
+        checked = check_entry(entry, self.run_id, len(self.entries), line_number)
+        self._fold(checked, line or checked)
 
-    def _fold(self, entry: object, item: Entry | int | bytes, line_number: int | None) -> None:
-        """`add` `entry`, kept in `entries` as `item`: itself, its line, or its line's
-        position."""
-        entry = check_entry(entry, self.run_id, len(self.entries), line_number)
+    def _fold(self, entry: Entry, item: Entry | int | bytes) -> None:
+        """Fold the checked `entry` in, kept in `entries` as `item`: itself, its line, or its
+        line's position."""
         self.entries._append(item)
         kind, offset, session = entry["type"], entry["offset"], entry["session"]
         if session > self.max_session:

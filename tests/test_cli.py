@@ -188,6 +188,52 @@ def test_list_shows_a_corrupt_journal_as_corrupt_and_keeps_going(cli: Cli) -> No
     ]
 
 
+STEP_HEAD = b'{"type":"step","session":1,"offset":1,"timestamp":"2026-01-01T00:00:00Z",'
+HOSTILE_LINES = {
+    "nested 10,000 deep": STEP_HEAD
+    + b'"stepId":"a","name":"a","result":'
+    + b"[" * 10_000
+    + b"]" * 10_000
+    + b"}\n",
+    "invalid UTF-8": STEP_HEAD + b'"stepId":"a","name":"a","result":"\xff"}\n',
+    "surrogate bytes": STEP_HEAD + b'"stepId":"a","name":"a","result":"\xed\xa0\x80"}\n',
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_LINES)
+def test_a_hostile_line_is_corruption_for_every_verb(tmp_path: Path, hostile: str) -> None:
+    """In a real process: exit 4 and one JSON error naming the offset, never a traceback;
+    `list` and `tree` show the run as corrupt and go on."""
+    storage = LocalStorage(tmp_path / "j")
+    three_steps(storage, Counter()).start(1, run_id="good")
+    first = (tmp_path / "j" / "good.jsonl").read_bytes().splitlines(keepends=True)[0]
+    (tmp_path / "j" / "bad.jsonl").write_bytes(first + HOSTILE_LINES[hostile])
+    env = {"KASSETTE_STORAGE": "file:j"}
+    for verb in (
+        ["status", "bad"],
+        ["dump", "bad"],
+        ["cancel", "bad"],
+        ["fork", "bad", "--from-offset", "1"],
+    ):
+        done = run_module(*verb, cwd=tmp_path, env=env)
+        assert (done.returncode, done.stdout) == (4, b""), (verb, done.stderr[-300:])
+        error = json.loads(done.stderr)["error"]
+        assert (error["type"], error["runId"], error["offset"]) == (
+            "JournalCorruptionError",
+            "bad",
+            1,
+        )
+    listed = run_module("list", cwd=tmp_path, env=env)
+    assert (listed.returncode, listed.stderr) == (0, b"")
+    assert [json.loads(line) for line in listed.stdout.splitlines()] == [
+        {"runId": "good", "status": "completed"},
+        {"runId": "bad", "status": "corrupt"},
+    ]
+    tree = run_module("tree", cwd=tmp_path, env=env)
+    assert (tree.returncode, tree.stdout) == (0, b"good (completed)\nbad (corrupt)\n")
+    assert sorted(os.listdir(tmp_path / "j")) == ["bad.jsonl", "good.jsonl"]
+
+
 @pytest.mark.parametrize("args", [["--limit", "-1"], ["--limit", "many"], ["--status", "finished"]])
 def test_list_refuses_bad_options(cli: Cli, args: list[str]) -> None:
     code, error = cli.error("list", *args)

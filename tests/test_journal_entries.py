@@ -117,7 +117,6 @@ def test_torn_tail_is_not_an_entry_and_is_never_decoded() -> None:
         # not kassette's own encoding, but JSON that json.loads reads: still read the same way
         b'\xef\xbb\xbf{"type":"start","session":1,"offset":0,"timestamp":"t"}\n',
         b' {"type": "start", "session": 1, "offset": 0, "timestamp": "t"}\r\n',
-        b'{"type":"start","session":1,"offset":0,"timestamp":"t","x":"\xed\xa0\x80"}\n',
         b'{"type" : "start", "session":1, "offset":0, "timestamp":"t"} \t\r\n',
     ],
 )
@@ -134,13 +133,26 @@ def test_lines_decode_exactly_as_json_loads_does(line: bytes) -> None:
         b'{"type":"start","session":1,"offset":0,"timestamp":"t"}{}\n',
         b'{"type":"start","session":1,"offset":0,"timestamp":\n',
         b'{"type":"start","session":1,"offset":0,"timestamp":"t",}\n',
+        # what json.loads reads but UTF-8 cannot hold: a surrogate, as bytes or escaped
+        b'{"type":"start","session":1,"offset":0,"timestamp":"t","x":"\xed\xa0\x80"}\n',
+        b'{"type":"start","session":1,"offset":0,"timestamp":"t","x":"\\udc00"}\n',
+        # or in another encoding json.loads detects
+        '{"type":"start","session":1,"offset":0,"timestamp":"t"}'.encode("utf-16-le") + b"\n",
     ],
 )
-def test_what_json_loads_refuses_is_corruption(line: bytes) -> None:
+def test_what_strict_utf8_json_refuses_is_corruption(line: bytes) -> None:
     with pytest.raises(ValueError):
-        json.loads(line)
-    with pytest.raises(JournalCorruptionError):
+        strict_loads(line[:-1])
+    with pytest.raises(JournalCorruptionError) as caught:
         Journal.parse(line, "r1")
+    assert caught.value.offset == 0
+
+
+def strict_loads(line: bytes) -> Any:
+    """The rule, spelled out: UTF-8 (after an optional BOM), JSON, every string UTF-8 can hold."""
+    value = json.loads(line.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+    json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate cannot be UTF-8
+    return value
 
 
 def _loads_outcome(decode: Any, line: bytes) -> tuple[str, Any]:
@@ -162,10 +174,10 @@ JSON_LINES = st.recursive(
     cut=st.integers(min_value=0, max_value=200),
     noise=st.binary(max_size=4),
 )
-def test_decode_line_agrees_with_json_loads(line: bytes, cut: int, noise: bytes) -> None:
+def test_decode_line_agrees_with_strict_json(line: bytes, cut: int, noise: bytes) -> None:
     """Whole, cut short, or with bytes spliced in: the same value, or both refuse."""
     for candidate in (line, line[:cut], line[:cut] + noise + line[cut:], line + noise):
-        assert _loads_outcome(decode_line, candidate) == _loads_outcome(json.loads, candidate)
+        assert _loads_outcome(decode_line, candidate) == _loads_outcome(strict_loads, candidate)
 
 
 def test_a_parsed_journal_holds_about_its_size_in_memory() -> None:

@@ -27,7 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from kassette.codec import REQUIRED_TEXT, check_entry, parse_moment, to_json
+from kassette.codec import (
+    MAX_LINE_DEPTH,
+    REQUIRED_TEXT,
+    parse_moment,
+    read_entry,
+    to_json,
+    too_deep,
+)
 from kassette.explore.llm import llm_calls, token_totals
 from kassette.state import RunState, reduce_entry
 
@@ -101,6 +108,8 @@ _CANONICAL = (
     r'^\{"type":"[^"\\]*","session":[1-9][0-9]*,"offset":(?:0|[1-9][0-9]*),'
     r'"timestamp":"[^"\\]*"[,}]'
 )
+
+_ESCAPED_SURROGATE = r"\\u[dD][89a-fA-F]"  # maybe a lone one: `decode_line` tells
 
 IntArray = npt.NDArray[np.int64]
 
@@ -201,6 +210,12 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     counts = batch.counts(ends)
     starts = np.empty(total, dtype=np.int64)
     starts[0], starts[1:] = 0, ends[:-1] + 1
+    bounds = np.append(starts, ends[-1] + 1)
+    lines = pa.Array.from_buffers(
+        pa.large_binary(), total, [None, pa.py_buffer(bounds), pa.py_buffer(batch.data)]
+    )
+    if not _strictly_readable(lines, batch.data, starts, ends):
+        return None
     longest = int((ends - starts).max()) + 1
     options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
     try:
@@ -230,7 +245,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         timestamps = parsed.column("timestamp").cast(_TIMESTAMP)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    payload_starts = _payload_starts(batch.data, starts, ends, parsed)
+    payload_starts = _payload_starts(batch.data, lines, starts, parsed)
     if payload_starts is None:
         return None
     is_step = pc.equal(kinds, "step")
@@ -257,8 +272,24 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     return pa.Table.from_arrays(columns, schema=_READ_ENTRY_SCHEMA)
 
 
+def _strictly_readable(lines: pa.Array, data: bytearray, starts: IntArray, ends: IntArray) -> bool:
+    """Whether every line keeps the rules of `kassette.codec.decode_line` that Arrow's reader
+    does not check (it skips the fields it ignores): strict UTF-8, arrays and objects nested at
+    most `MAX_LINE_DEPTH` deep, no escaped lone surrogate. A line that may not is left to the
+    general path, which decodes it with `decode_line` and raises where `Journal.parse` does."""
+    try:
+        lines.cast(pa.large_string())  # validates UTF-8, surrogates and overlong forms included
+    except pa.ArrowInvalid:
+        return False
+    brackets = pc.add(pc.count_substring(lines, "["), pc.count_substring(lines, "{")).to_numpy()
+    for row in np.flatnonzero(brackets > MAX_LINE_DEPTH).tolist():  # few: measured exactly
+        if too_deep(bytes(data[starts[row] : ends[row]])):
+            return False
+    return not pc.any(pc.match_substring_regex(lines, _ESCAPED_SURROGATE)).as_py()
+
+
 def _payload_starts(
-    data: bytearray, starts: IntArray, ends: IntArray, parsed: pa.Table
+    data: bytearray, lines: pa.Array, starts: IntArray, parsed: pa.Table
 ) -> IntArray | None:
     """Where each line's payload begins, if every line opens with the canonical envelope.
 
@@ -266,10 +297,6 @@ def _payload_starts(
     with T and TS free of escapes and S and O plain integers, so the parsed values have the
     same lengths as their text and the payload starts at the sum of the lengths.
     """
-    bounds = np.append(starts, ends[-1] + 1)
-    lines = pa.Array.from_buffers(
-        pa.large_binary(), len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)]
-    )
     if not pc.all(pc.match_substring_regex(lines, _CANONICAL)).as_py():
         return None
     lengths = [
@@ -321,11 +348,7 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in _READ_ENTRY_SCHEMA.names}
     lines = data.split(b"\n")[:-1]
     for number, line in enumerate(lines, start=1):
-        try:
-            decoded = json.loads(line)
-        except ValueError:
-            decoded = None
-        entry = check_entry(decoded, run_id, number - 1, number)
+        entry = read_entry(line, run_id, number - 1, number)
         offset, session, kind = entry["offset"], entry["session"], entry["type"]
         step_id = next(
             (text for key in ("stepId", "eventId") if (text := _text(entry.get(key))) is not None),

@@ -307,6 +307,23 @@ def test_torn_tail_is_ignored(tmp_path: Path) -> None:
         (lambda lines: [lines[0], lines[0], *lines[1:]], 1),  # duplicate offset
         (lambda lines: [*lines[:1], b"", *lines[1:]], 1),  # a blank line
         (lambda lines: [*lines[:1], b'{"type":"step","offset":1}', *lines[2:]], 1),  # no session
+        *(
+            (
+                lambda lines, bad=bad: [
+                    *lines[:2],
+                    lines[2][:-1] + b',"x":' + bad + b"}",
+                    *lines[3:],
+                ],
+                2,
+            )
+            for bad in (
+                b"[" * 10_000 + b"]" * 10_000,  # deeper than the journal's limit
+                b"[" * 101 + b"]" * 101,  # just deeper
+                b'"\xff"',  # invalid UTF-8
+                b'"\xed\xa0\x80"',  # a surrogate, as bytes
+                b'"\\udc00"',  # a lone surrogate, escaped
+            )
+        ),
     ],
 )
 def test_corruption_is_reported_with_run_and_offset(

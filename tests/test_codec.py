@@ -1,0 +1,194 @@
+"""The entry codec against hostile input: deep nesting, invalid UTF-8, lone surrogates.
+
+Whatever kassette accepts it can replay inside a workflow; whatever a journal holds that it
+cannot read is `JournalCorruptionError` at that line's offset, in every reader, never a raw
+`RecursionError` or `UnicodeDecodeError`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from kassette import MemoryStorage, NotSerializableError, kassette
+from kassette.codec import MAX_DEPTH, check_json, decode_line, encode
+from kassette.core import fork_run, open_run, read_journal
+from kassette.errors import JournalCorruptionError
+from kassette.journal import Journal
+
+STAMP = "2026-01-01T00:00:00.000Z"
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    """A value `depth` arrays deep (alternating with objects), built without recursion."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def journal_bytes(*entries: dict[str, Any]) -> bytes:
+    return b"".join(encode(entry) for entry in entries)
+
+
+START = {"type": "start", "session": 1, "offset": 0, "timestamp": STAMP, "metadata": None}
+
+
+def step_line(result: bytes, offset: int = 1) -> bytes:
+    head = f'{{"type":"step","session":1,"offset":{offset},"timestamp":"{STAMP}",'
+    return head.encode() + b'"stepId":"a","name":"a","result":' + result + b"}\n"
+
+
+def deep_json(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+# -- 1. what is accepted is replayable ----------------------------------------------------------
+
+
+def test_values_nest_up_to_the_limit_and_no_deeper() -> None:
+    assert check_json(nested(MAX_DEPTH), "value") == nested(MAX_DEPTH)
+    for depth in (MAX_DEPTH + 1, 990, 10_000):
+        with pytest.raises(NotSerializableError, match=f"deeper than {MAX_DEPTH}"):
+            check_json(nested(depth), "value")
+    wide = [[i, {"k": [i]}] for i in range(50_000)]  # many brackets, shallow: accepted
+    assert check_json(wide, "value") == wide
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 10_000])
+def test_a_too_deep_step_result_is_refused_and_the_run_stays_open(depth: int) -> None:
+    storage = MemoryStorage()
+    deep = nested(depth)
+
+    def flow(ctx: Any, value: Any) -> Any:
+        return ctx.step("a", lambda: deep if value == "deep" else "fine")
+
+    workflow = kassette(flow, storage=storage)
+    with pytest.raises(NotSerializableError):
+        workflow.start("deep", run_id="r")
+    journal = read_journal(storage, "r")
+    assert [e["type"] for e in journal.entries] == ["start"]
+    assert journal.status().status == "running"
+
+    def fixed(ctx: Any, value: Any) -> Any:
+        return ctx.step("a", lambda: "fine")
+
+    assert kassette(fixed, storage=storage).start(run_id="r").result == "fine"
+
+
+def test_too_deep_inputs_resume_values_and_return_values_are_refused_unwritten() -> None:
+    storage = MemoryStorage()
+    deep = nested(MAX_DEPTH + 1)
+
+    def flow(ctx: Any, value: Any) -> Any:
+        return deep if value == "return deep" else ctx.suspend("approval")
+
+    workflow = kassette(flow, storage=storage)
+    with pytest.raises(NotSerializableError):
+        workflow.start(deep, run_id="input")
+    assert storage.read("input") is None
+    with pytest.raises(NotSerializableError):
+        workflow.start("return deep", run_id="returns")
+    assert read_journal(storage, "returns").status().status == "running"  # not failed
+    assert workflow.start("x", run_id="r").status == "suspended"
+    before = storage.read("r")
+    with pytest.raises(NotSerializableError):
+        workflow.resume("r", "approval", deep)
+    after = storage.read("r")
+    assert before is not None and after is not None and after.data == before.data
+    assert workflow.resume("r", "approval", "ok").result == "ok"
+    with open_run(storage, "core") as run:
+        for call in (
+            lambda: run.record("deep", lambda: deep),
+            lambda: run.complete(deep),
+            lambda: run.append_entry("note", {"deep": deep}),
+            lambda: run.deliver("nothing", deep),
+        ):
+            with pytest.raises(NotSerializableError):
+                call()
+    assert [e["type"] for e in read_journal(storage, "core").entries] == ["start"]
+
+
+def test_a_value_at_the_limit_recorded_at_top_level_replays_deep_inside_a_workflow() -> None:
+    storage = MemoryStorage()
+    value = nested(MAX_DEPTH)
+    with open_run(storage, "r") as run:
+        run.record("a", lambda: value)
+        run.record("b", lambda: value)
+
+    def flow(ctx: Any, _: Any) -> Any:
+        def down(levels: int) -> Any:  # user code that is itself deep in the stack
+            if levels:
+                return down(levels - 1)
+            return ctx.step("a", lambda: None)
+
+        headroom = sys.getrecursionlimit() - MAX_DEPTH - 400
+        return [down(headroom) == value, ctx.step("b", lambda: 0) == value]
+
+    result = kassette(flow, storage=storage).start(run_id="r")
+    assert result.status == "success" and result.result == [True, True]
+    with open_run(storage, "r2") as run, pytest.raises(NotSerializableError):
+        run.record("a", lambda: nested(986))  # refused where it was recorded
+
+
+# -- 2. and 3. what a journal holds that cannot be read is corruption at its offset --------------
+
+
+HOSTILE = {
+    "deep": deep_json(10_000),
+    "just too deep": deep_json(MAX_DEPTH + 1),  # the entry around it makes MAX_DEPTH + 2
+    "invalid UTF-8": b'"\xff\xfe"',
+    "surrogate bytes": b'"\xed\xa0\x80"',
+    "escaped lone surrogate": b'"\\ud800"',
+    "overlong UTF-8": b'"\xc0\xaf"',
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_every_hostile_line_is_corruption_at_its_offset(name: str) -> None:
+    data = (
+        journal_bytes(START)
+        + step_line(HOSTILE[name])
+        + journal_bytes(
+            {"type": "cancel", "session": 2, "offset": 2, "timestamp": STAMP, "reason": None}
+        )
+    )
+    with pytest.raises(JournalCorruptionError) as caught:
+        Journal.parse(data, "r")
+    assert (caught.value.run_id, caught.value.offset) == ("r", 1)
+    assert "line 2" in str(caught.value)
+    with pytest.raises(ValueError):
+        decode_line(step_line(HOSTILE[name])[:-1])
+
+
+def test_a_line_at_the_limit_reads_and_forks() -> None:
+    storage = MemoryStorage()
+    data = journal_bytes(START) + step_line(deep_json(MAX_DEPTH))
+    storage.append("r", data, token=None)
+    journal = read_journal(storage, "r")
+    expected: Any = 1
+    for _ in range(MAX_DEPTH):
+        expected = [expected]
+    assert journal.steps["a"]["result"] == expected
+    new = fork_run(storage, "r", offset=2)
+    assert read_journal(storage, new).entries[1] == journal.entries[1]
+
+
+def test_a_surrogate_in_a_journal_never_reaches_fork() -> None:
+    storage = MemoryStorage()
+    storage.append("r", journal_bytes(START) + step_line(b'"\xed\xa0\x80"'), token=None)
+    with pytest.raises(JournalCorruptionError) as caught:
+        fork_run(storage, "r", offset=2)
+    assert caught.value.offset == 1
+    assert list(storage.list_runs()) == ["r"]
+
+
+def test_an_escaped_surrogate_pair_is_a_character_not_corruption() -> None:
+    line = step_line(b'"\\ud83d\\ude00 ok"')
+    assert Journal.parse(journal_bytes(START) + line, "r").steps["a"]["result"] == "\U0001f600 ok"
+    escaped_backslash = step_line(b'"\\\\ud800"')  # the text \ud800, not a surrogate
+    assert Journal.parse(journal_bytes(START) + escaped_backslash, "r").steps["a"]["result"] == (
+        "\\ud800"
+    )
