@@ -24,11 +24,12 @@ from kassette.errors import (
     StorageError,
 )
 from kassette.journal import Journal
-from kassette.storage import Storage, validate_run_id
+from kassette.storage import Snapshot, Storage, validate_run_id
 
-__all__ = ["APPEND_ATTEMPTS", "append", "commit", "commit_all", "read"]
+__all__ = ["APPEND_ATTEMPTS", "READ_ATTEMPTS", "append", "commit", "commit_all", "read"]
 
 APPEND_ATTEMPTS = 5
+READ_ATTEMPTS = 5  # reads of the journal to learn whether a failed write landed
 _FIRST_BACKOFF = 0.05  # seconds before the second attempt after an I/O error; doubles after
 
 
@@ -45,22 +46,24 @@ def append(
     run_id: str,
     entries: Sequence[Mapping[str, Any]],
     token: str | None,
+    clock: Clock,
     *,
     data: bytes = b"",
 ) -> str:
     """Append `entries` at `token`: the one way kassette writes a journal. Returns the new token.
 
-    A failed write is resolved by reading the journal back: entries that are there count as
-    written (an ambiguous failure, such as a timeout after the write committed, or a retried
-    request conflicting with its own first attempt), so nothing is journaled twice. Otherwise
-    the error is raised: `ConflictError` when the journal moved, for the caller to re-plan.
-    `data`, when given, is `entries` encoded already.
+    A failed write is resolved by reading the journal back (`_read_back`, until a read
+    answers): entries that are there count as written (an ambiguous failure, such as a timeout
+    after the write committed, or a retried request conflicting with its own first attempt),
+    so nothing is journaled twice. Otherwise the error is raised: `ConflictError` when the
+    journal moved, for the caller to re-plan. `data`, when given, is `entries` encoded already.
     """
     data = data or b"".join(encode(entry) for entry in entries)
     try:
         return storage.append(run_id, data, token=token)
-    except StorageError:
-        landed = _landed(storage, run_id, entries)
+    except StorageError as failure:
+        snapshot = _read_back(storage, run_id, clock, failure)
+        landed = _landed(snapshot, run_id, entries)
         if landed is None:
             raise
         return landed
@@ -91,20 +94,23 @@ def commit_all(
     delay = _FIRST_BACKOFF
     for _ in range(APPEND_ATTEMPTS):
         try:
-            return append(storage, run_id, entries, token, data=data)
+            return append(storage, run_id, entries, token, clock, data=data)
         except StorageError as exc:
             failure = exc
         if not isinstance(failure, ConflictError):
             clock.sleep(delay)
             delay *= 2
-        snapshot = storage.read(run_id)
+        snapshot = _read_back(storage, run_id, clock, failure)
+        landed = _landed(snapshot, run_id, entries)
+        if landed is not None:  # the read-back inside `append` gave up; this one knows
+            return landed
         if snapshot is None:
             raise FencedError(
                 f"run {run_id} disappeared while session {session} wrote",
                 run_id=run_id,
                 offset=offset,
             ) from failure
-        current = Journal.parse(snapshot.data, run_id)
+        current = Journal.parse(snapshot.data, run_id)  # `_landed` parsed it: it reads
         if current.max_session > session:
             newer = next(e for e in current.entries if e["session"] > session)
             canceled = current.state.status == "canceled"
@@ -128,13 +134,33 @@ def commit_all(
     ) from failure
 
 
-def _landed(storage: Storage, run_id: str, entries: Sequence[Mapping[str, Any]]) -> str | None:
-    """After an append reported failure: the new token if `entries` did land, else None.
+def _read_back(
+    storage: Storage, run_id: str, clock: Clock, failure: StorageError
+) -> Snapshot | None:
+    """The journal as it is now, after a write that failed with `failure`: read until a read
+    answers (backing off on `clock`), since what the caller does next depends on it. After
+    `READ_ATTEMPTS` failed reads, the last read's `StorageError` (caused by `failure`)."""
+    delay = _FIRST_BACKOFF
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            return storage.read(run_id)
+        except StorageError as exc:
+            if attempt == READ_ATTEMPTS - 1:
+                raise exc from failure
+        clock.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _landed(
+    snapshot: Snapshot | None, run_id: str, entries: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """After an append reported failure: the journal's token if `entries` did land (they are
+    its last entries, at their own offsets), else None.
 
     An ambiguous failure (the write committed, its response was lost) must not make the caller
     write the same entries again, nor give up on entries that are in the journal.
     """
-    snapshot = storage.read(run_id)
     if snapshot is None:
         return None
     return snapshot.token if _ends_with(Journal.parse(snapshot.data, run_id), entries) else None

@@ -538,7 +538,7 @@ def cancel_run(
             "reason": reason,
         }
         try:
-            append(storage, run_id, [entry], token)
+            append(storage, run_id, [entry], token, clock)
         except ConflictError:
             continue
         journal.add(entry)
@@ -584,7 +584,7 @@ def _open_session(
                 start["source"] = fork.source
             try:
                 at = snapshot.token if snapshot else None
-                token = append(storage, run_id, [*prefix, start], at)
+                token = append(storage, run_id, [*prefix, start], at, clock)
             except ConflictError:
                 lock.__exit__(None, None, None)
                 continue

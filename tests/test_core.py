@@ -608,8 +608,14 @@ class FlakyStorage:
         self.commit = commit
         self.creates = creates  # creating a run fails too
         self.appends = 0
+        self.read_failures = 0  # the next reads after a failed append fail too
+        self.failed_reads = 0
 
     def read(self, run_id: str) -> Snapshot | None:
+        if self.read_failures > 0 and self.appends:
+            self.read_failures -= 1
+            self.failed_reads += 1
+            raise StorageError("503 on the read-back", run_id=run_id)
         return self.inner.read(run_id)
 
     def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
@@ -648,6 +654,23 @@ def test_an_append_that_landed_but_failed_is_not_duplicated(clock: FakeClock) ->
     journal = read_journal(storage, "r1")
     assert [e["type"] for e in journal.entries] == ["start", "step", "step", "complete"]
     assert list(journal.steps) == ["a", "b"]
+    assert_dense(storage, "r1")
+
+
+@pytest.mark.parametrize("read_failures", [1, 4, 5, 7])
+def test_a_landed_append_whose_read_back_fails_is_recognised_once_a_read_answers(
+    clock: FakeClock, read_failures: int
+) -> None:
+    """However many reads fail after the write landed, the writer never calls its own entry
+    another writer's: it reads until it knows, and writes nothing twice."""
+    storage = FlakyStorage()
+    with open_run(storage, "r1", clock=clock) as run:
+        storage.failures, storage.commit, storage.read_failures = 1, True, read_failures
+        assert run.record("a", lambda: 1) == 1
+        assert storage.failed_reads == read_failures and storage.appends == 1
+        assert len(clock.slept) >= read_failures  # each failed read backed off
+        assert run.record("b", lambda: 2) == 2
+    assert types_of(storage, "r1") == ["start", "step", "step"]
     assert_dense(storage, "r1")
 
 

@@ -412,6 +412,27 @@ def test_a_dropped_response_after_the_put_landed_does_not_duplicate_the_entry(
     assert len(journal.entries) == 7
 
 
+def test_a_landed_put_whose_read_back_fails_once_is_still_recognised_as_landed(
+    bucket: str, fault_proxy: FaultProxy, proxied_client: Any, s3_client: Any
+) -> None:
+    """A lone writer: the PUT of step "parse" lands but its answer is lost, and the read that
+    settles it answers 503 once. The writer must read again until it knows, find its own
+    entry, and go on: not call it another writer's (`FencedError` strands the run)."""
+    dropped = fault_proxy.inject(Fault("drop", method="PUT", nth=3))
+    unreadable = fault_proxy.inject(Fault("error", method="GET", nth=2))  # after the open's
+    calls: dict[str, int] = {}
+    workflow = kassette(counted_pipeline(calls), storage=S3Storage(bucket, client=proxied_client))
+    result = workflow.start(run_id="r1")
+    assert (dropped.fired, unreadable.fired) == (1, 1)
+    faults = [e.fault for e in fault_proxy.exchanges if e.fault]
+    assert faults == ["drop", "error"]  # the failed read was the read-back of the lost PUT
+    assert result.status == "success" and result.result == EXPECTED
+    assert calls == dict.fromkeys(["fetch", "parse", "plan", "build", "ship"], 1)
+    journal = read_journal(S3Storage(bucket, client=s3_client), "r1")
+    assert_sound(journal)
+    assert [e["type"] for e in journal.entries] == ["start", *["step"] * 5, "complete"]
+
+
 def test_a_dropped_response_to_the_create_is_recognised_as_landed(
     bucket: str, fault_proxy: FaultProxy, proxied_client: Any
 ) -> None:
