@@ -18,7 +18,9 @@ directory is fsynced (`replace_file`), so a reader or a crash sees the old bytes
 
 `{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
 `link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
-is reclaimed (under a directory `flock`, so two reclaimers cannot both win).
+is reclaimed (under a directory `flock`, so two reclaimers cannot both win). Journals and
+lockfiles are written as hidden temporary files naming their process, linked into place; the
+first lock a `LocalStorage` takes removes those of processes that died before removing them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class LocalStorage:
     def __init__(self, path: str | os.PathLike[str] = ".kassette") -> None:
         self.path = Path(path)
         self._open: dict[str, _OpenJournal] = {}  # runs this process holds the lock of
+        self._swept = False  # temporary files of dead processes, on the first lock
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.path)!r})"
@@ -83,7 +86,7 @@ class LocalStorage:
 
     def _create(self, run_id: str, path: str, data: bytes) -> str:
         self.path.mkdir(parents=True, exist_ok=True)
-        temporary = self.path / f".{run_id}.{os.urandom(8).hex()}.tmp"
+        temporary = _temporary(self.path, run_id, ".tmp")
         try:
             with open(temporary, "wb") as file:
                 file.write(data)
@@ -154,9 +157,12 @@ class LocalStorage:
 
     def _acquire(self, run_id: str, path: Path, content: bytes) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        temporary = self.path / f".{run_id}.{os.urandom(8).hex()}.lock.tmp"
-        temporary.write_bytes(content)
+        if not self._swept:
+            self._swept = True
+            _sweep_temporaries(self.path)
+        temporary = _temporary(self.path, run_id, ".lock.tmp")
         try:
+            _write_new(temporary, content)  # inside the try: a failed write leaves no file
             if _try_link(temporary, path):
                 return
             directory = os.open(self.path, os.O_RDONLY)
@@ -303,6 +309,60 @@ def _append_locked(run_id: str, fd: int, data: bytes, expected: int) -> str:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
     return str(expected + len(data))
+
+
+def _temporary(directory: Path, run_id: str, suffix: str) -> Path:
+    """A fresh name for a file to `link(2)` into place: hidden, and naming this process, so
+    that one left by a process killed before it could remove it is known as stale."""
+    return directory / f".{run_id}.{os.getpid()}.{os.urandom(8).hex()}{suffix}"
+
+
+def _write_new(path: Path, content: bytes) -> None:
+    """Create `path` holding `content`; `OSError` (ENOSPC, say) if it cannot be written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _sweep_temporaries(directory: Path) -> None:
+    """Remove the temporary files (`.RUN.PID.HEX.tmp`, `.RUN.PID.HEX.lock.tmp`) of processes
+    that died on this host before removing them. One without a pid (written by an older
+    kassette) is removed once it is a minute old: its writer needed it for microseconds."""
+    import time  # the first lock only
+
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(".") or not name.endswith(".tmp"):
+            continue
+        parts = name.removesuffix(".tmp").removesuffix(".lock").rsplit(".", 2)
+        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        try:
+            if pid is not None:
+                stale = not _pid_exists(pid)
+            else:
+                stale = time.time() - entry.stat(follow_symlinks=False).st_mtime > 60
+            if stale:
+                os.unlink(entry.path)
+        except OSError:
+            continue  # removed meanwhile, or not ours to remove
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def _try_link(source: Path, target: Path) -> bool:

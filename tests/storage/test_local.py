@@ -255,6 +255,98 @@ def test_an_unreadable_lock_is_stale(storage: LocalStorage, root: Path, content:
     assert not lockfile(root).exists()
 
 
+def temporaries(root: Path) -> list[str]:
+    return sorted(name for name in os.listdir(root) if name.endswith(".tmp"))
+
+
+CHILD_LOCKS_WITH_NO_ROOM = """
+import resource, signal, sys
+from kassette import LocalStorage, StorageError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))  # no byte may be written
+try:
+    with LocalStorage(sys.argv[1]).lock("r1", 1):
+        print("locked")
+except StorageError as exc:
+    print("refused", exc)
+"""
+
+
+def test_a_lock_that_cannot_be_written_leaves_no_temporary_file(root: Path) -> None:
+    """The disk refuses the holder's bytes (a real write failure: the process may write
+    nothing); the temporary file it was to go in is removed with the failure, every time."""
+    root.mkdir(parents=True)
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD_LOCKS_WITH_NO_ROOM, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("refused cannot lock run r1"), done.stdout
+    assert os.listdir(root) == []
+
+
+def test_a_failed_write_of_the_lock_removes_its_temporary_file(
+    storage: LocalStorage, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("kassette.storage.local.os.write", no_space)
+    with pytest.raises(StorageError, match="No space left"), storage.lock("r1", 1):
+        pass
+    assert os.listdir(root) == []
+    monkeypatch.undo()
+    with storage.lock("r1", 1):
+        assert os.listdir(root) == ["r1.lock"]
+
+
+CHILD_KILLED_WHILE_LOCKING = """
+import os, sys, time
+from kassette import LocalStorage
+
+def stuck(source, target):  # the temporary file is written: die before it is linked
+    print("written", flush=True)
+    time.sleep(600)
+
+os.link = stuck
+with LocalStorage(sys.argv[1]).lock("r1", 1):
+    pass
+"""
+
+
+def test_temporary_files_of_killed_processes_are_swept_when_a_lock_is_next_taken(
+    root: Path,
+) -> None:
+    root.mkdir(parents=True)
+    killed = []
+    for _ in range(2):
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD_KILLED_WHILE_LOCKING, str(root)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdout.readline() == "written\n"
+        child.kill()  # SIGKILL: no finally runs
+        child.wait(timeout=60)
+        child.stdout.close()
+        killed.append(child.pid)
+    # the second child's first lock swept the first one's file
+    assert [name.split(".")[2] for name in temporaries(root)] == [str(killed[1])]
+    old = root / ".r2.0123456789abcdef.lock.tmp"  # an older kassette's, no pid in its name
+    old.write_bytes(b"")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    fresh = root / ".r3.fedcba9876543210.lock.tmp"  # maybe being written right now: kept
+    fresh.write_bytes(b"")
+    mine = root / f".r4.{os.getpid()}.00000000000000ff.lock.tmp"  # a live process's: kept
+    mine.write_bytes(b"")
+    with LocalStorage(root).lock("r1", 1):
+        assert temporaries(root) == sorted([fresh.name, mine.name])
+
+
 def test_close_leaves_a_lock_that_is_not_ours(storage: LocalStorage, root: Path) -> None:
     run = open_run(storage, "r1")
     write_holder(root, os.getpid(), "another-host.example", session=9)  # e.g. a reclaimer
