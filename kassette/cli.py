@@ -5,7 +5,8 @@ prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`, `export`),
 journal bytes (`dump`) or an indented text tree (`tree`). The command never runs workflow code.
 Failures are one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit
 code tells their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage,
-3 run or storage not found, 4 journal corrupt, 5 storage error. See docs/cli.md.
+3 run or storage not found, 4 journal corrupt, 5 storage error or a stdout that cannot be
+written. See docs/cli.md.
 
 Every verb reads existing runs (`fork` and `cancel` too), so a `file:` storage whose directory
 does not exist is an error, not an empty store: most likely a wrong path or working directory.
@@ -14,6 +15,7 @@ does not exist is an error, not an empty store: most likely a wrong path or work
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import os
 import sys
@@ -63,25 +65,44 @@ class UsageError(Exception):
     """The command line itself is wrong: unknown verb or flag, a missing or malformed value."""
 
 
+class OutputError(OSError):
+    """stdout cannot be written: closed, a full disk (`> /dev/full`), or a reader that went
+    away (`| head -c 1`). Exit 5, like a storage error: the answer did not get out."""
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors become `UsageError` (reported as JSON) instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message and (file is None or file is sys.stdout):  # help: stdout, as every verb
+            _write(message.encode())
+        elif message:
+            super()._print_message(message, file)
+
 
 # -- output ----------------------------------------------------------------------------------
 
 
 def _write(data: bytes) -> None:
-    """Write bytes to stdout unchanged (the journal's bytes must pass through untouched)."""
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:
-        sys.stdout.write(data.decode("utf-8", errors="replace"))
-    else:
-        buffer.write(data)
-        buffer.flush()
+    """Write bytes to stdout unchanged (the journal's bytes must pass through untouched);
+    `OutputError` when they cannot be."""
+    stdout = sys.stdout
+    try:
+        if stdout is None:  # the process started without a file descriptor 1
+            raise OSError(errno.EBADF, "stdout is closed")
+        stdout.flush()
+        buffer = getattr(stdout, "buffer", None)
+        if buffer is None:
+            stdout.write(data.decode("utf-8", errors="replace"))
+            stdout.flush()
+        else:
+            buffer.write(data)
+            buffer.flush()
+    except (OSError, ValueError) as exc:  # ValueError: a stdout closed within the process
+        raise OutputError(f"cannot write to stdout: {exc}") from exc
 
 
 def _json_line(value: Any) -> bytes:
@@ -94,8 +115,11 @@ def _report(exc: BaseException, stream: IO[str]) -> None:
         for key, value in (("runId", exc.run_id), ("stepId", exc.step_id), ("offset", exc.offset)):
             if value is not None:
                 error[key] = value
-    stream.write(to_json({"error": error}) + "\n")
-    stream.flush()
+    try:
+        stream.write(to_json({"error": error}) + "\n")
+        stream.flush()
+    except (OSError, ValueError, AttributeError):  # no stderr either: the exit code tells
+        pass
 
 
 # -- the verbs -------------------------------------------------------------------------------
@@ -188,9 +212,21 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
     from kassette import explore  # pandas and pyarrow: needed by this verb only
 
     try:
-        summary = explore.export(storage, args.out, format=args.format, overwrite=args.overwrite)
+        summary = explore.export(
+            storage,
+            args.out,
+            format=args.format,
+            overwrite=args.overwrite,
+            skip_corrupt=args.skip_corrupt,
+        )
     except OSError as exc:  # the output cannot be written (the storage errors are translated)
         raise StorageError(f"cannot export into {args.out}: {exc}") from exc
+    except JournalCorruptionError as exc:
+        raise JournalCorruptionError(
+            f"{exc}; nothing was exported (--skip-corrupt exports the readable runs)",
+            run_id=exc.run_id,
+            offset=exc.offset,
+        ) from exc
     _write(_json_line(summary))
 
 
@@ -294,6 +330,12 @@ def _parser() -> _Parser:
     sub.add_argument(
         "--overwrite", action="store_true", help="write into OUT even if it is not empty"
     )
+    sub.add_argument(
+        "--skip-corrupt",
+        action="store_true",
+        help="export the readable runs and list the corrupt ones in the summary "
+        "(default: a corrupt run stops the export, nothing written)",
+    )
     return parser
 
 
@@ -317,7 +359,18 @@ def _exit_code(exc: BaseException) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `kassette` command with `argv` (default `sys.argv[1:]`); return the exit code."""
+    """Run the `kassette` command with `argv` (default `sys.argv[1:]`); return the exit code.
+
+    Every failure is one JSON line on stderr and an exit code (see the module docstring)."""
+    try:
+        return _run(argv)
+    except OutputError as exc:
+        _silence_stdout()  # nothing more can reach it, not even the interpreter's last flush
+        _report(exc, sys.stderr)
+        return EXIT_STORAGE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
     except UsageError as exc:
@@ -325,7 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else EXIT_OK
-    url = args.storage or os.environ.get(STORAGE_ENVIRONMENT_VARIABLE) or DEFAULT_STORAGE
+    try:
+        url = _storage_url(args.storage)
+    except UsageError as exc:
+        _report(exc, sys.stderr)
+        return EXIT_USAGE
     try:
         storage = open_storage(url)
     except (KassetteError, ImportError) as exc:  # ImportError: the URL's extra is missing
@@ -343,14 +400,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:  # export without the explore extra
         _report(exc, sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # e.g. `kassette dump RUN | head -1`: the reader is gone
-        _silence_stdout()
-        return EXIT_ERROR
     return EXIT_OK
+
+
+def _storage_url(flag: str | None) -> str:
+    """`--storage`, else `$KASSETTE_STORAGE` (empty counts as unset), else `file:.kassette`.
+    An empty `--storage` is a mistake (`--storage "$UNSET"`), not a request for the default."""
+    if flag is not None:
+        if not flag:
+            raise UsageError("kassette: --storage is empty; give a URL, or leave the flag out")
+        return flag
+    return os.environ.get(STORAGE_ENVIRONMENT_VARIABLE) or DEFAULT_STORAGE
 
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    if sys.stdout is None:
+        return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -701,6 +701,92 @@ def test_python_m_kassette_errors_and_help(tmp_path: Path) -> None:
     assert not (tmp_path / ".kassette").exists() and not (tmp_path / "j").exists()
 
 
+OUTPUT_VERBS = [
+    ["list"],
+    ["status", "done"],
+    ["dump", "done"],
+    ["tree"],
+    ["fork", "done", "--from-offset", "1", "--new-run-id", "copy"],
+    ["cancel", "waiting"],
+    ["--help"],
+]
+
+
+def run_with_stdout(
+    args: list[str], cwd: Path, stdout: Any, env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    environment = {k: v for k, v in os.environ.items() if k != "KASSETTE_STORAGE"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(PROJECT_ROOT), environment.get("PYTHONPATH")])
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "kassette", *args],
+        cwd=cwd,
+        env={**environment, **env},
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("args", OUTPUT_VERBS, ids=lambda args: args[0])
+@pytest.mark.parametrize("where", ["/dev/full", "closed"])
+def test_a_stdout_that_cannot_be_written_is_one_json_error_and_exit_5(
+    cli: Cli, tmp_path: Path, args: list[str], where: str
+) -> None:
+    write_runs(cli)
+    env = {"KASSETTE_STORAGE": cli.url}
+    if where == "closed":  # the shell's `>&-`: the process starts with no file descriptor 1
+        script = "import os, sys; os.close(1); os.execv(sys.executable, sys.argv[1:])"
+        environment = {k: v for k, v in os.environ.items() if k != "KASSETTE_STORAGE"}
+        environment["PYTHONPATH"] = str(PROJECT_ROOT)
+        done = subprocess.run(
+            [sys.executable, "-c", script, sys.executable, "-m", "kassette", *args],
+            cwd=tmp_path,
+            env={**environment, **env},
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    else:
+        with open("/dev/full", "wb") as full:
+            done = run_with_stdout(args, tmp_path, full, env)
+    assert done.returncode == 5, done.stderr.decode()
+    assert done.stderr.count(b"\n") == 1 and b"Traceback" not in done.stderr
+    error = json.loads(done.stderr)["error"]
+    assert error["type"] == "OutputError" and "stdout" in error["message"]
+
+
+def test_a_reader_that_goes_away_is_an_output_error_too(cli: Cli, tmp_path: Path) -> None:
+    write_runs(cli)
+    for number in range(200):  # a journal longer than a pipe holds
+        with open_run(cli.storage, "long") as run:
+            run.record(f"step-{number}", lambda: "x" * 1000)
+    reader = subprocess.Popen(  # closes the pipe without reading, as `head` does when done
+        [sys.executable, "-c", "import os; os.close(0)"], stdin=subprocess.PIPE
+    )
+    assert reader.stdin is not None
+    done = run_with_stdout(["dump", "long"], tmp_path, reader.stdin, {"KASSETTE_STORAGE": cli.url})
+    reader.stdin.close()
+    reader.wait(timeout=60)
+    assert done.returncode == 5 and b"Traceback" not in done.stderr
+    assert json.loads(done.stderr)["error"]["type"] == "OutputError"
+
+
+def test_an_empty_storage_url_is_a_usage_error(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_runs(cli)
+    monkeypatch.chdir(cli.directory.parent)
+    for argv in (["--storage", "", "list"], ["list", "--storage", ""]):
+        code, error = cli.error(*argv, storage=False)
+        assert (code, error["type"]) == (2, "UsageError")
+        assert "--storage" in error["message"] and "empty" in error["message"]
+    monkeypatch.setenv("KASSETTE_STORAGE", "")  # an empty variable is an unset one
+    code, error = cli.error("list", storage=False)
+    assert (code, error["type"]) == (3, "StorageNotFoundError")
+    assert error["message"].startswith("storage file:.kassette not found")
+
+
 def test_docs_describe_exactly_the_registered_verbs() -> None:
     from kassette.cli import _parser
 

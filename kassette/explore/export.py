@@ -12,6 +12,7 @@ stderr when that is a terminal. A directory that holds anything is written into 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,8 +28,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.dataset as pa_dataset
 import pyarrow.parquet as pq
 
-from kassette.errors import InvalidArgumentError
-from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, decode
+from kassette.errors import InvalidArgumentError, JournalCorruptionError
+from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
 from kassette.storage import Storage
 
@@ -221,6 +222,7 @@ def export(
     progress: bool | None = None,
     overwrite: bool = False,
     partition_by: Iterable[str] | str | None = None,
+    skip_corrupt: bool = False,
 ) -> dict[str, Any]:
     """Write the entries and runs of every run (or of `run_ids`) into the directory `out`.
 
@@ -232,6 +234,10 @@ def export(
     one pass, that DuckDB (`read_parquet(..., hive_partitioning=true)`), Spark and pyarrow read
     as they are. Returns a summary: the format, the directory, the numbers of runs and
     entries, and the files written.
+
+    A corrupt journal raises `JournalCorruptionError` and nothing is left in `out` (the files
+    this export began are removed), unless `skip_corrupt`: then the readable runs are
+    exported and the summary's `corrupt` lists the others (`runId`, `offset`, `message`).
     """
     if format not in FORMATS:
         raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
@@ -239,6 +245,7 @@ def export(
     if partitions and format != "parquet":
         raise InvalidArgumentError("partition_by needs format='parquet'")
     directory = Path(out)
+    existed = directory.exists()
     _clear(directory, format, overwrite)
     storage = existing_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
@@ -252,14 +259,16 @@ def export(
     bar = _Progress(total, sys.stderr if show else None)
     runs: list[pa.Table] = []
     entries = 0
+    corrupt: list[JournalCorruptionError] | None = [] if skip_corrupt else None
+    refused = False
 
     def decoded() -> Iterator[pa.Table]:
         nonlocal entries
         for batch in read_batches(storage, wanted, skipped=lambda _: bar.advance(1)):
-            entry_table, run_table = decode(batch)
-            runs.append(run_table)
-            entries += entry_table.num_rows
-            yield entry_table
+            for entry_table, run_table in _readable(batch, corrupt):
+                runs.append(run_table)
+                entries += entry_table.num_rows
+                yield entry_table
             bar.advance(len(batch.run_ids))
 
     try:
@@ -268,17 +277,49 @@ def export(
         else:
             for entry_table in decoded():
                 sink.write(entry_table)
+    except JournalCorruptionError:
+        refused = True
+        raise
     finally:
         table = pa.concat_tables(runs) if runs else RUN_SCHEMA.empty_table()
         files = sink.close(oldest_first(table) if wanted is None else table)
         bar.close()
-    return {
+        if refused:  # nothing of this export stays behind
+            _remove_own(directory, format)
+            if not existed:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+    summary: dict[str, Any] = {
         "format": format,
         "path": str(directory),
         "runs": table.num_rows,
         "entries": entries,
         "files": [str(path) for path in files],
     }
+    if corrupt is not None:
+        summary["corrupt"] = [
+            {"runId": error.run_id, "offset": error.offset, "message": str(error)}
+            for error in corrupt
+        ]
+    return summary
+
+
+def _readable(
+    batch: Batch, corrupt: list[JournalCorruptionError] | None
+) -> list[tuple[pa.Table, pa.Table]]:
+    """`decode(batch)`; when `corrupt` is a list, the tables of the readable runs only, the
+    errors of the others appended to it (the batch is halved until each corrupt run is alone).
+    """
+    try:
+        return [decode(batch)]
+    except JournalCorruptionError as error:
+        if corrupt is None:
+            raise
+        if len(batch.run_ids) == 1:
+            corrupt.append(error)
+            return []
+        first, second = batch.split()
+        return _readable(first, corrupt) + _readable(second, corrupt)
 
 
 def _clear(directory: Path, format: Format, overwrite: bool) -> None:
@@ -293,6 +334,11 @@ def _clear(directory: Path, format: Format, overwrite: bool) -> None:
             f"cannot export into {directory}: it is not empty; --overwrite (overwrite=True in"
             " kx.export) replaces an earlier export there"
         )
+    _remove_own(directory, format)
+
+
+def _remove_own(directory: Path, format: Format) -> None:
+    """Remove what an export of `format` writes into `directory`, and nothing else."""
     for name in ("entries", "runs"):
         own = directory / (name if format == "parquet" else f"{name}.{format}")
         if own.is_dir() and not own.is_symlink():

@@ -14,7 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import RUNS, Scenario
 
-from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, RunNotFoundError
+from kassette import (
+    InvalidArgumentError,
+    JournalCorruptionError,
+    LocalStorage,
+    MemoryStorage,
+    RunNotFoundError,
+)
 from kassette import explore as kx
 from kassette.journal import encode, format_timestamp
 
@@ -232,3 +238,49 @@ def test_partition_by_is_checked_before_writing(scenario: Scenario, tmp_path: Pa
     with pytest.raises(InvalidArgumentError, match="at least one"):
         kx.export(scenario.storage, tmp_path / "c", partition_by=[])
     assert not any(tmp_path.iterdir())
+
+
+def corrupted(scenario: Scenario, *broken: str) -> MemoryStorage:
+    """The scenario's runs, with line 2 (offset 1) of each run in `broken` made garbage."""
+    storage = MemoryStorage()
+    for run_id, data in stored(scenario).items():
+        if run_id in broken:
+            lines = data.splitlines(keepends=True)
+            data = b"".join([lines[0], b"#garbage\n", *lines[2:]])
+        storage.append(run_id, data, token=None)
+    return storage
+
+
+@pytest.mark.parametrize("format", ["parquet", "jsonl", "csv"])
+def test_a_corrupt_run_stops_an_export_and_leaves_nothing(
+    scenario: Scenario, tmp_path: Path, format: Any
+) -> None:
+    storage = corrupted(scenario, "failed")
+    with pytest.raises(JournalCorruptionError) as raised:
+        kx.export(storage, tmp_path / "out", format=format)
+    assert (raised.value.run_id, raised.value.offset) == ("failed", 1)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    with pytest.raises(JournalCorruptionError):
+        kx.export(storage, tmp_path / "kept", format=format, overwrite=True)
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["notes.txt"]
+
+
+def test_skip_corrupt_exports_the_readable_runs_and_names_the_others(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    storage = corrupted(scenario, "failed", "single")
+    summary = kx.export(storage, tmp_path, format="jsonl", skip_corrupt=True)
+    assert sorted((c["runId"], c["offset"]) for c in summary["corrupt"]) == [
+        ("failed", 1),
+        ("single", 1),
+    ]
+    assert all("line 2" in c["message"] for c in summary["corrupt"])
+    runs = [
+        json.loads(line)["run_id"] for line in (tmp_path / "runs.jsonl").read_text().splitlines()
+    ]
+    assert sorted(runs) == sorted(set(RUNS) - {"failed", "single"})
+    assert summary["runs"] == len(RUNS) - 2
+    clean = kx.export(scenario.storage, tmp_path / "clean", skip_corrupt=True)
+    assert clean["corrupt"] == [] and clean["runs"] == len(RUNS)

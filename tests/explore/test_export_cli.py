@@ -132,6 +132,28 @@ def test_export_of_a_corrupt_journal_exits_4(
         "single",
         2,
     )
+    assert "--skip-corrupt" in error["message"]
+    assert not (tmp_path / "out").exists()  # nothing exported
+
+
+def test_skip_corrupt_exports_the_readable_runs_and_lists_the_corrupt_ones(
+    url: str, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journals" / "single.jsonl"
+    journal.write_bytes(journal.read_bytes().replace(b'"offset":2', b'"offset":7'))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "kassette", "--storage", url, "export", str(out), "--skip-corrupt"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, b"")
+    summary = json.loads(done.stdout)
+    assert [(c["runId"], c["offset"]) for c in summary["corrupt"]] == [("single", 2)]
+    assert summary["runs"] == len(RUNS) - 1
+    exported = pq.read_table(out / "runs").column("run_id").to_pylist()
+    assert sorted(exported) == sorted(set(RUNS) - {"single"})
 
 
 def test_without_the_explore_extra_the_error_names_the_install(url: str, tmp_path: Path) -> None:
