@@ -47,7 +47,7 @@ from kassette.errors import (
 from kassette.fork import ForkPlan, plan_fork
 from kassette.journal import Journal
 from kassette.state import RunStatus
-from kassette.storage import Storage, validate_run_id
+from kassette.storage import Storage, open_storage, validate_run_id
 
 __all__ = [
     "Run",
@@ -84,14 +84,14 @@ class StepIds:
         return f"{self.prefix}{name}" if count == 1 else f"{self.prefix}{name}#{count}"
 
 
-def read_journal(storage: Storage, run_id: str) -> Journal:
+def read_journal(storage: Storage | str, run_id: str) -> Journal:
     """The run's parsed journal; `RunNotFoundError` when there is none."""
-    return read(storage, run_id)[0]
+    return read(open_storage(storage), run_id)[0]
 
 
-def run_status(storage: Storage, run_id: str) -> RunStatus:
+def run_status(storage: Storage | str, run_id: str) -> RunStatus:
     """The run's status, derived from its journal (step results are not decoded)."""
-    snapshot = storage.read(validate_run_id(run_id))
+    snapshot = open_storage(storage).read(validate_run_id(run_id))
     if snapshot is None:
         raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
     return Journal.status_of(snapshot.data, run_id)
@@ -467,7 +467,7 @@ class _Queued:
 
 
 def open_run(
-    storage: Storage,
+    storage: Storage | str,
     run_id: str,
     *,
     metadata: Any = None,
@@ -479,15 +479,21 @@ def open_run(
     `metadata` (the run's input) is checked against the journal for an existing run; leave it
     out (None) to continue a run with whatever input it was started with. `version` is checked
     against the first `start` entry that has one. Raises `TerminalRunError` for an ended run,
-    `RunLockedError` when another live process holds it.
+    `RunLockedError` when another live process holds it. Every function here takes a
+    `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`).
     """
     return _open_session(
-        storage, run_id, metadata=metadata, version=version, clock=clock or SystemClock(), fork=None
+        open_storage(storage),
+        run_id,
+        metadata=metadata,
+        version=version,
+        clock=clock or SystemClock(),
+        fork=None,
     )
 
 
 def fork_run(
-    storage: Storage,
+    storage: Storage | str,
     source_run_id: str,
     *,
     offset: int | None = None,
@@ -504,7 +510,7 @@ def fork_run(
 
 
 def open_fork(
-    storage: Storage,
+    storage: Storage | str,
     source_run_id: str,
     *,
     offset: int | None = None,
@@ -515,6 +521,7 @@ def open_fork(
 ) -> Run:
     """`fork_run`, keeping the new run's first session open (for code to continue it live)."""
     validate_run_id(source_run_id)
+    storage = open_storage(storage)
     new_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
     fork = plan_fork(storage, source_run_id, offset, step)
     return _open_session(
@@ -523,10 +530,14 @@ def open_fork(
 
 
 def cancel_run(
-    storage: Storage, run_id: str, reason: str | None = None, *, clock: Clock | None = None
+    storage: Storage | str,
+    run_id: str,
+    reason: str | None = None,
+    *,
+    clock: Clock | None = None,
 ) -> RunStatus:
     """Append `cancel` in a new session (no lock: a live writer is fenced on its next append)."""
-    clock = clock or SystemClock()
+    storage, clock = open_storage(storage), clock or SystemClock()
     for _ in range(_OPEN_ATTEMPTS):
         journal, token = read(storage, run_id)
         journal.ensure_open()

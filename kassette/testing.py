@@ -161,25 +161,82 @@ class StorageConformance:
     def test_offsets_stay_dense_under_concurrent_sessions(self, storage: Storage) -> None:
         with open_run(storage, "r1", metadata={"n": 1}) as run:
             run.record("a", lambda: 1)
-        errors: list[BaseException] = []
+        outcomes: dict[int, BaseException | None] = {}
+        start = threading.Barrier(4)
 
         def writer(number: int) -> None:
             try:
+                start.wait(timeout=30)
                 with open_run(storage, "r1") as run:
                     for step in range(3):
                         run.record(f"w{number}-{step}", functools.partial(int, step))
-            except (RunLockedError, FencedError) as exc:
-                errors.append(exc)
+                outcomes[number] = None
+            except BaseException as exc:  # every outcome is checked below
+                outcomes[number] = exc
 
         threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=30)
+            thread.join(timeout=60)
+        assert not any(thread.is_alive() for thread in threads), "a writer never finished"
+        assert sorted(outcomes) == [0, 1, 2, 3]
+        errors = [exc for exc in outcomes.values() if exc is not None]
+        # a writer may only lose: to the lock, or to a newer session's fence
+        assert all(isinstance(exc, RunLockedError | FencedError) for exc in errors), errors
         journal = read_journal(storage, "r1")
         assert [e["offset"] for e in journal.entries] == list(range(len(journal.entries)))
         sessions = [e["session"] for e in journal.entries]
         assert sessions == sorted(sessions)
+        for number, outcome in outcomes.items():  # a writer that finished journaled all it did
+            if outcome is None:
+                assert {f"w{number}-{step}" for step in range(3)} <= set(journal.steps)
+        assert any(outcome is None for outcome in outcomes.values()), "no writer got through"
+
+    def test_racing_creates_of_one_run_leave_exactly_one(self, storage: Storage) -> None:
+        racers = 8
+        start = threading.Barrier(racers)
+        outcomes: dict[int, BaseException | str] = {}
+
+        def create(number: int) -> None:
+            try:
+                start.wait(timeout=30)
+                data = _line(0, kind="start", session=number + 1)
+                outcomes[number] = storage.append("r1", data, token=None)
+            except BaseException as exc:  # every outcome is checked below
+                outcomes[number] = exc
+
+        threads = [threading.Thread(target=create, args=(n,)) for n in range(racers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not any(thread.is_alive() for thread in threads), "a create never finished"
+        winners = [n for n, outcome in outcomes.items() if isinstance(outcome, str)]
+        losers = [outcome for outcome in outcomes.values() if not isinstance(outcome, str)]
+        assert len(winners) == 1 and len(losers) == racers - 1, outcomes
+        assert all(isinstance(exc, ConflictError) for exc in losers), losers
+        snapshot = storage.read("r1")
+        assert snapshot is not None
+        assert snapshot.data == _line(0, kind="start", session=winners[0] + 1)
+
+    def test_a_torn_tail_is_not_read_and_the_next_append_replaces_it(
+        self, storage: Storage
+    ) -> None:
+        """A crash in the middle of a write can leave the journal ending in part of a line:
+        readers ignore it, and the session that continues the run writes past it."""
+        whole = _line(0, kind="start") + _line(1)
+        for cut in (1, len(_line(2)) // 2, len(_line(2)) - 1):
+            storage.append(f"t{cut}", whole + _line(2)[:cut], token=None)
+            assert read_journal(storage, f"t{cut}").next_offset == 2
+            with open_run(storage, f"t{cut}") as run:
+                run.record("after", lambda: "written")
+            journal = read_journal(storage, f"t{cut}")
+            assert [e["type"] for e in journal.entries] == ["start", "step", "start", "step"]
+            assert journal.steps["after"]["result"] == "written"
+            snapshot = storage.read(f"t{cut}")
+            assert snapshot is not None and snapshot.data.startswith(whole)
+            assert snapshot.data.endswith(b"\n")
 
     def test_older_session_is_fenced(self, storage: Storage) -> None:
         old = open_run(storage, "r1", metadata=None)

@@ -817,3 +817,17 @@ def test_cancel_and_fork_take_the_clock() -> None:
     canceled = cancel_run(storage, "f1", clock=clock)
     assert canceled.created_at == "2026-01-01T00:01:00.000Z"
     assert canceled.updated_at == "2026-01-01T00:02:00.000Z"
+
+
+def test_every_core_function_takes_a_storage_url(tmp_path: Path) -> None:
+    """docs/storage-backends.md: every API that takes a storage accepts its URL too."""
+    url = f"file:{tmp_path / 'runs'}"
+    with open_run(url, "r1", metadata={"q": 1}) as run:
+        run.record("a", lambda: 1)
+    assert read_journal(url, "r1").steps["a"]["result"] == 1
+    assert run_status(url, "r1").steps == 1
+    forked = fork_run(url, "r1", offset=2, new_run_id="r2")
+    assert cancel_run(url, forked).status == "canceled"
+    assert sorted(LocalStorage(tmp_path / "runs").list_runs()) == ["r1", "r2"]
+    with open_run("memory:", "r1") as run:  # a store of its own, gone with the process
+        assert run.record("a", lambda: 2) == 2
