@@ -32,6 +32,7 @@ from kassette.journal import Journal
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().parent / "procs" / "crash_worker.py"
 RUN_ID = "crash-run"
+PACE = 0.05  # seconds each live step body of a worker with a timed kill sleeps first
 STEP_IDS = frozenset(
     [f"s{i}" for i in range(1, 15)] + [f"fan/{b}/{s}" for b in "abc" for s in ("fetch", "score")]
 )
@@ -62,6 +63,7 @@ def invoke(workdir: Path, kill: str | float | None) -> tuple[int, int, Any]:
         "effects": str(workdir / "effects"),
         "note": str(note),
         "kill": kill if isinstance(kill, str) else None,
+        "pace": PACE if isinstance(kill, float) else 0,
     }
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with subprocess.Popen(
@@ -304,11 +306,16 @@ def test_kills_inside_steps(tmp_path: Path, reference: Any) -> None:
 
 
 def test_kills_from_the_parent_at_varied_delays(tmp_path: Path, reference: Any) -> None:
-    """The parent SIGKILLs workers after delays spread over the run (whether a given delay
-    lands before the worker finishes depends on the machine; the checks hold either way)."""
+    """The parent SIGKILLs workers after delays spread over the run. A worker given a timed
+    kill paces its live steps (`PACE` each: at least 15 one after another), so it runs longer
+    than any first delay and every scenario's first kill lands, wherever it falls; whether the
+    second lands depends on how much the first left to do."""
     delays = [0.06 + 0.03 * index for index in range(16)]
+    assert max(delays) < 15 * PACE
     scenarios: dict[str, list[str | float]] = {
         f"t:{index}": [delay, delay / 2] for index, delay in enumerate(delays)
     }
     outcomes = run_all(tmp_path, scenarios)
-    check_outcomes(outcomes, scenarios, reference)
+    kills = check_outcomes(outcomes, scenarios, reference)
+    assert all(outcome.kills >= 1 for outcome in outcomes.values()), outcomes
+    assert kills >= len(scenarios)

@@ -23,7 +23,7 @@ from kassette import (
     kassette,
 )
 from kassette import explore as kx
-from kassette.core import read_journal, run_status
+from kassette.core import fork_run, read_journal, run_status
 from kassette.errors import StorageNotFoundError
 from kassette.explore import _decode, _read
 from kassette.journal import encode, format_timestamp
@@ -489,4 +489,22 @@ def test_a_fork_reports_the_version_of_the_code_that_continues_it() -> None:
     v2.fork("root", offset=1, new_run_id="fork")
     runs = kx.load(storage).runs.set_index("run_id")
     assert v2.status("fork").version == runs.loc["fork", "version"] == "v2"
+    assert runs.loc["root", "version"] == "v1"
+
+
+def test_a_fork_written_without_a_workflow_has_no_version_until_one_continues_it() -> None:
+    """docs/explore.md's `version`: a `kassette fork` of a v1 run records no version of its
+    own, so it has none (not v1's) until a workflow with a version continues it."""
+    storage, clock = MemoryStorage(), FakeClock()
+
+    def body(ctx: Any, value: int) -> int:
+        return ctx.step("double", lambda: value * 2)  # type: ignore[no-any-return]
+
+    kassette(body, storage=storage, clock=clock, version="v1").start(1, run_id="root")
+    fork_run(storage, "root", offset=1, new_run_id="fork")
+    runs = kx.load(storage).runs.set_index("run_id")
+    assert run_status(storage, "fork").version is None and pd.isna(runs.loc["fork", "version"])
+    kassette(body, storage=storage, clock=clock, version="v2").start(run_id="fork")
+    runs = kx.load(storage).runs.set_index("run_id")
+    assert run_status(storage, "fork").version == runs.loc["fork", "version"] == "v2"
     assert runs.loc["root", "version"] == "v1"

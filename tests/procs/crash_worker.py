@@ -16,6 +16,9 @@ described just before the kill) and `kill` (a kill spec or null):
 - `l:N:WHEN`   the N-th lock this process takes (its `link(2)`), `before` or `after` it;
 - `s:ID:WHEN`  inside the fn of step ID, `before` or `after` its side effect.
 
+`pace` (seconds, optional) makes every live step body sleep that long first: a lower bound on
+how long the run takes, so that a kill the parent sends sooner than that certainly lands.
+
 The worker continues the run as any dispatcher would: a missing or running run is started
 (a retry), a suspended one is resumed with the approval; it stops at the end and prints
 `{"status": ..., "result": ...}`. Kill hooks patch `os.write`, `os.fsync` and `os.link` of
@@ -29,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 _write, _fsync, _link = os.write, os.fsync, os.link
@@ -39,6 +43,8 @@ APPROVAL = {"approved": True, "by": "ops"}
 
 def effect(path: str, step_id: str, value: Any, kill: str | None) -> Any:
     """Record `step_id` in the side-effect file (O_APPEND + fsync) before returning `value`."""
+    if _pace:
+        time.sleep(_pace)
     if kill == f"s:{step_id}:before":
         die(kill, {"stepId": step_id})
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -53,6 +59,7 @@ def effect(path: str, step_id: str, value: Any, kill: str | None) -> Any:
 
 
 _note_path = ""
+_pace = 0.0
 
 
 def die(spec: str, details: dict[str, Any]) -> None:
@@ -177,9 +184,10 @@ def build(storage_dir: str, effects: str, kill: str | None) -> Any:
 
 
 def main() -> None:
-    global _note_path
+    global _note_path, _pace
     config = json.loads(sys.argv[1])
     _note_path = config["note"]
+    _pace = float(config.get("pace", 0))
     kill = config.get("kill")
     if kill and kill[0] in "wacl":
         Hooks(kill).install()
