@@ -204,13 +204,14 @@ def plan_append(view: View | None, data: bytes, policy: Policy = Policy()) -> Wr
     if view is None:
         return _head_write(data, None, policy)
     head = view.head
-    if not head.chunked:  # a torn final line left by a crashed writer is not content
-        return _head_write(head.tail[: head.tail.rfind(b"\n") + 1] + data, view.head_etag, policy)
+    tail = _whole_lines(head.tail)  # a torn final line left by a crashed writer is not content
+    if not head.chunked:
+        return _head_write(tail + data, view.head_etag, policy)
     if view.pending is not None:
         caught_up = Head(data, True, head.sealed + 1, view.chunk_lines, *_rules(head))
         return Write(HEAD, caught_up.encode(), view.head_etag, caught_up, *_chunks(view))
     if not head.full:
-        grown = Head(head.tail + data, True, head.sealed, head.first, *_rules(head))
+        grown = Head(tail + data, True, head.sealed, head.first, *_rules(head))
         return Write(HEAD, grown.encode(), view.head_etag, grown, *_chunks(view))
     number = head.sealed + 1
     chunks, lines = view.chunks, view.chunk_lines
@@ -219,9 +220,9 @@ def plan_append(view: View | None, data: bytes, policy: Policy = Policy()) -> Wr
         merged = chunks[len(chunks) - small :]
         chunks = chunks[: len(chunks) - small]
         lines -= sum(body.count(b"\n") for body in merged)
-        body = b"".join((*merged, head.tail, data))
+        body = b"".join((*merged, tail, data))
     else:
-        body = head.tail + data
+        body = tail + data
     return Write(chunk_name(number), body, None, None, (*chunks, body), lines + body.count(b"\n"))
 
 
@@ -231,6 +232,10 @@ def _head_write(lines: bytes, etag: str | None, policy: Policy) -> Write:
     if lines.count(b"\n") >= policy.short_lines or len(lines) >= policy.short_bytes:
         head = Head(lines, True, tail_entries=policy.tail_entries, fanout=policy.fanout)
     return Write(HEAD, head.encode(), etag, head, (), 0)
+
+
+def _whole_lines(data: bytes) -> bytes:
+    return data[: data.rfind(b"\n") + 1]
 
 
 def _rules(head: Head) -> tuple[int, int]:

@@ -22,7 +22,6 @@ from kassette import FencedError, KassetteError, TerminalRunError, kassette
 from kassette.core import fork_run, open_run, read_journal, run_status
 from kassette.errors import ConflictError, InvalidArgumentError, JournalCorruptionError
 from kassette.journal import Journal, encode
-from kassette.storage import Storage
 from kassette.storage.chunks import HEAD, Policy, chunk_name, live_chunks, parse_head
 from kassette.storage.s3 import S3Storage
 from kassette.testing import StorageConformance
@@ -41,16 +40,6 @@ class TestChunkyS3Storage(StorageConformance):
     @pytest.fixture
     def storage(self, bucket: str, s3_client: Any) -> S3Storage:
         return Chunky(bucket, "conformance", client=s3_client)
-
-    @pytest.mark.xfail(
-        strict=True,
-        reason="known bug: once a run has chunks, an append after a torn tail keeps the torn "
-        "bytes (the plain layout cuts them); strict, so the fix makes this fail until removed",
-    )
-    def test_a_torn_tail_is_not_read_and_the_next_append_replaces_it(
-        self, storage: Storage
-    ) -> None:
-        super().test_a_torn_tail_is_not_read_and_the_next_append_replaces_it(storage)
 
 
 def pipeline(ctx: Any, input: Any) -> dict[str, Any]:
