@@ -17,21 +17,24 @@ from __future__ import annotations
 import argparse
 import errno
 import itertools
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from kassette.codec import parse_timestamp, to_json
-from kassette.core import cancel_run, fork_run, run_status
+from kassette.core import cancel_run, fork_run, read_journal, run_status
 from kassette.errors import (
     InvalidArgumentError,
     JournalCorruptionError,
     KassetteError,
+    RunExistsError,
     RunNotFoundError,
     StorageError,
     StorageNotFoundError,
 )
+from kassette.fork import NO_RESULT
 from kassette.journal import Journal
 from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
 from kassette.storage import Storage, open_storage, validate_run_id
@@ -54,6 +57,7 @@ EXIT_STORAGE = 5
 # Most specific first: the first class an error is an instance of decides its exit code.
 _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidArgumentError, EXIT_USAGE),
+    (RunExistsError, EXIT_USAGE),
     (RunNotFoundError, EXIT_NOT_FOUND),
     (JournalCorruptionError, EXIT_CORRUPT),
     (StorageError, EXIT_STORAGE),
@@ -132,16 +136,27 @@ def _listed_runs(storage: Storage) -> list[RunNode]:
     created: dict[str, float | None] = {}  # POSIX seconds
     for run_id in storage.list_runs():
         try:
-            status = run_status(storage, run_id)
+            journal = read_journal(storage, run_id)
         except RunNotFoundError:
             continue  # deleted between listing and reading
         except JournalCorruptionError:
             runs[run_id], created[run_id] = RunNode.of(run_id, CORRUPT, None, 0), None
             continue
-        runs[run_id] = RunNode.of(run_id, status.status, status.source, status.steps)
+        status = journal.status()
+        edited = _edits_fork_point(journal)
+        runs[run_id] = RunNode.of(run_id, status.status, status.source, status.steps, edited=edited)
         created[run_id] = _seconds(status.created_at)
     order = creation_order(created, {run_id: run.parent_run_id for run_id, run in runs.items()})
     return [runs[run_id] for run_id in order]
+
+
+def _edits_fork_point(journal: Journal) -> bool:
+    """Whether the run is a fork that recorded its fork point with a given result: the
+    entries a fork writes after its own `start` are marked `edited`."""
+    created = journal.state.created_offset
+    if journal.state.source is None or created is None:
+        return False
+    return any(e.get("edited") is True for e in journal.entries[created + 1 : created + 3])
 
 
 def _seconds(timestamp: str | None) -> float | None:
@@ -187,6 +202,7 @@ def _fork(storage: Storage, args: argparse.Namespace) -> None:
         offset=args.from_offset,
         step=args.from_step,
         new_run_id=args.new_run_id,
+        result=args.result,
     )
     _write(_json_line({"runId": new_run_id}))
 
@@ -243,7 +259,8 @@ def _label(run: RunNode, runs: dict[str, RunNode]) -> str:
         return (
             f"{run.run_id} ({run.status}, fork of {parent} at offset {offset}, {parent} not found)"
         )
-    return f"{run.run_id} ({run.status}, from offset {offset})"
+    edited = ", edited" if run.edited else ""
+    return f"{run.run_id} ({run.status}, from offset {offset}{edited})"
 
 
 # -- the parser ------------------------------------------------------------------------------
@@ -258,6 +275,18 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, not {text!r}")
     return value
+
+
+def _json_value(text: str) -> Any:
+    """A JSON value given on the command line (NaN and infinities are not JSON)."""
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected JSON, not {text!r} ({exc})") from None
+
+
+def _not_json(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _add_storage(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -314,6 +343,13 @@ def _parser() -> _Parser:
         "--from-step", metavar="ID", help="copy the entries before the step with this id"
     )
     sub.add_argument("--new-run-id", metavar="ID", help="id of the new run (default: random)")
+    sub.add_argument(
+        "--result",
+        type=_json_value,
+        default=NO_RESULT,
+        metavar="JSON",
+        help="record the step at the fork point with this result (edited), instead of running it",
+    )
 
     sub = verb("tree", _tree, "Print the fork lineage of all runs, or of the tree holding RUN_ID.")
     sub.add_argument("run_id", metavar="RUN_ID", nargs="?")

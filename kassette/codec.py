@@ -273,17 +273,20 @@ class Source(TypedDict):
 
 
 class StartEntry(_Envelope):
-    """Opens a session. The first start records the run's input; a fork's own start has
-    `source`, and `version` names the code that continues the run from there."""
+    """Opens a session. The first start records the run's input (and `params`, if given); a
+    fork's own start has `source` (and the fork's `params`), and `version` names the code that
+    continues the run from there."""
 
     type: Literal["start"]
     metadata: Any
     version: NotRequired[str]
     source: NotRequired[Source]
+    params: NotRequired[dict[str, Any]]
 
 
 class StepEntry(_Envelope):
-    """A step's result, replayed instead of running the step again."""
+    """A step's result, replayed instead of running the step again. `edited`: the result was
+    given to a fork (`fork(..., result=...)`), the step never ran."""
 
     type: Literal["step"]
     stepId: str
@@ -292,6 +295,7 @@ class StepEntry(_Envelope):
     kind: NotRequired[Literal["sleep", "parallel"]]
     attempts: NotRequired[int]
     durationMs: NotRequired[float]
+    edited: NotRequired[bool]
 
 
 class SuspendEntry(_Envelope):
@@ -305,12 +309,14 @@ class SuspendEntry(_Envelope):
 
 
 class ResumeEntry(_Envelope):
-    """The value delivered for a suspend; the first one for an `eventId` is final."""
+    """The value delivered for a suspend; the first one for an `eventId` is final. `edited`:
+    the value was given to a fork at that suspend or resume (`fork(..., result=...)`)."""
 
     type: Literal["resume"]
     eventId: str
     event: str
     value: Any
+    edited: NotRequired[bool]
 
 
 class CompleteEntry(_Envelope):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TypeVar
 
 from kassette.append import append, commit_all, read
@@ -38,13 +38,14 @@ from kassette.errors import (
     InvalidArgumentError,
     MetadataMismatchError,
     ReplayMismatchError,
+    RunExistsError,
     RunNotFoundError,
     StorageError,
     Suspended,
     TerminalRunError,
     VersionMismatchError,
 )
-from kassette.fork import ForkPlan, plan_fork
+from kassette.fork import NO_RESULT, ForkPlan, plan_fork
 from kassette.journal import Journal
 from kassette.state import RunStatus
 from kassette.storage import Storage, open_storage, validate_run_id
@@ -182,6 +183,8 @@ class Run:
         self._writing = False
         self._next_offset = journal.next_offset
         self._ending: str | None = None  # the terminal entry queued, not written yet
+        self._recorded = list(journal.steps)  # step ids, in the order they were journaled
+        self._replayed: set[str] = set()
 
     def __enter__(self) -> Run:
         return self
@@ -205,6 +208,18 @@ class Run:
     @property
     def clock(self) -> Clock:
         return self._clock
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """The run's params (`start(..., params=...)`, or a fork's), read-only; `{}` if none."""
+        return MappingProxyType(self.journal.state.params or {})
+
+    @property
+    def unreplayed(self) -> tuple[str, ...]:
+        """Ids of steps journaled before this session that its code has not replayed (so far):
+        after the code ended, steps it no longer has, say a renamed one in a fork's prefix."""
+        with self._mutex:
+            return tuple(s for s in self._recorded if s not in self._replayed)
 
     # -- the public primitives -------------------------------------------------------------
 
@@ -337,6 +352,7 @@ class Run:
                 self._check_unused(step_id, kind)
                 return None
             self._unreplayed -= 1
+            self._replayed.add(step_id)
         recorded_kind = entry.get("kind", "step")
         if recorded_kind != kind or entry["name"] != name:
             raise ReplayMismatchError(
@@ -473,19 +489,22 @@ def open_run(
     metadata: Any = None,
     version: str | None = None,
     clock: Clock | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> Run:
     """Open a new fenced session of `run_id`, creating the run when it does not exist.
 
-    `metadata` (the run's input) is checked against the journal for an existing run; leave it
-    out (None) to continue a run with whatever input it was started with. `version` is checked
-    against the first `start` entry that has one. Raises `TerminalRunError` for an ended run,
-    `RunLockedError` when another live process holds it. Every function here takes a
-    `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`).
+    `metadata` (the run's input) and `params` (a JSON object, `Run.params`) are recorded by
+    the session that creates the run and checked against the journal for an existing run;
+    leave them out (None) to continue a run with whatever it was started with. `version` is
+    checked against the first `start` entry that has one. Raises `TerminalRunError` for an
+    ended run, `RunLockedError` when another live process holds it. Every function here takes
+    a `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`).
     """
     return _open_session(
         open_storage(storage),
         run_id,
         metadata=metadata,
+        params=_checked_params(params, run_id),
         version=version,
         clock=clock or SystemClock(),
         fork=None,
@@ -500,11 +519,25 @@ def fork_run(
     step: str | None = None,
     new_run_id: str | None = None,
     clock: Clock | None = None,
+    params: Mapping[str, Any] | None = None,
+    result: Any = NO_RESULT,
 ) -> str:
     """Write a new run holding `source_run_id`'s entries before the fork point and a `start`
-    entry with `source`; return its id. The next `start(run_id=...)` continues it live."""
+    entry with `source`; return its id. The next `start(run_id=...)` continues it live.
+
+    `params` are the fork's own (default: its source's). With `result`, the entry at the fork
+    point is recorded with that result instead of being run (see `kassette.fork`). Forking
+    into an existing run id is a retry when that run is the same fork (same source and
+    offset), else `RunExistsError`."""
     with open_fork(
-        storage, source_run_id, offset=offset, step=step, new_run_id=new_run_id, clock=clock
+        storage,
+        source_run_id,
+        offset=offset,
+        step=step,
+        new_run_id=new_run_id,
+        clock=clock,
+        params=params,
+        result=result,
     ) as run:
         return run.run_id
 
@@ -518,14 +551,23 @@ def open_fork(
     new_run_id: str | None = None,
     version: str | None = None,
     clock: Clock | None = None,
+    params: Mapping[str, Any] | None = None,
+    result: Any = NO_RESULT,
 ) -> Run:
     """`fork_run`, keeping the new run's first session open (for code to continue it live)."""
     validate_run_id(source_run_id)
     storage = open_storage(storage)
     new_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
-    fork = plan_fork(storage, source_run_id, offset, step)
+    checked = _checked_params(params, new_id)
+    fork = plan_fork(storage, source_run_id, offset, step, result=result)
     return _open_session(
-        storage, new_id, metadata=None, version=version, clock=clock or SystemClock(), fork=fork
+        storage,
+        new_id,
+        metadata=None,
+        params=checked,
+        version=version,
+        clock=clock or SystemClock(),
+        fork=fork,
     )
 
 
@@ -562,6 +604,7 @@ def _open_session(
     run_id: str,
     *,
     metadata: Any,
+    params: dict[str, Any] | None,
     version: str | None,
     clock: Clock,
     fork: ForkPlan | None,
@@ -572,7 +615,7 @@ def _open_session(
         snapshot = storage.read(run_id)
         journal = Journal.parse(snapshot.data, run_id) if snapshot else Journal(run_id)
         if snapshot is not None:
-            _check_existing(journal, metadata, version, fork)
+            _check_existing(journal, metadata, params, version, fork)
             prefix: list[Entry] = []
         else:
             prefix = list(fork.prefix) if fork else []
@@ -582,24 +625,42 @@ def _open_session(
         lock = storage.lock(run_id, session)
         lock.__enter__()
         try:
+            now = format_timestamp(clock.time())
             start: StartEntry = {
                 "type": "start",
                 "session": session,
                 "offset": journal.next_offset,
-                "timestamp": format_timestamp(clock.time()),
+                "timestamp": now,
                 "metadata": _journaled_input(journal, metadata, fork),
             }
             if version is not None:
                 start["version"] = version
-            if fork is not None and snapshot is None:
-                start["source"] = fork.source
+            edits: list[Entry] = []
+            if snapshot is None:
+                recorded = params if params is not None or fork is None else fork.params
+                if recorded is not None:
+                    start["params"] = recorded
+                if fork is not None:
+                    start["source"] = fork.source
+                    edits = [
+                        {
+                            "type": edit["type"],
+                            "session": session,
+                            "offset": start["offset"] + n,
+                            "timestamp": now,
+                            **{k: v for k, v in edit.items() if k != "type"},
+                        }
+                        for n, edit in enumerate(fork.edits, start=1)
+                    ]
             try:
                 at = snapshot.token if snapshot else None
-                token = append(storage, run_id, [*prefix, start], at, clock)
+                token = append(storage, run_id, [*prefix, start, *edits], at, clock)
             except ConflictError:
                 lock.__exit__(None, None, None)
                 continue
             journal.add(start)
+            for edit in edits:
+                journal.add(edit)
             return Run(
                 storage,
                 journal,
@@ -617,6 +678,17 @@ def _open_session(
     )
 
 
+def _checked_params(params: Mapping[str, Any] | None, run_id: str) -> dict[str, Any] | None:
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise InvalidArgumentError(
+            f"params of run {run_id} must be a JSON object (a dict), not {params!r}",
+            run_id=run_id,
+        )
+    return check_json(dict(params), f"params of run {run_id}")  # type: ignore[no-any-return]
+
+
 def _journaled_input(journal: Journal, metadata: Any, fork: ForkPlan | None) -> Any:
     if journal.first_start is not None:
         return journal.first_start.get("metadata")
@@ -626,14 +698,17 @@ def _journaled_input(journal: Journal, metadata: Any, fork: ForkPlan | None) -> 
 
 
 def _check_existing(
-    journal: Journal, metadata: Any, version: str | None, fork: ForkPlan | None
+    journal: Journal,
+    metadata: Any,
+    params: dict[str, Any] | None,
+    version: str | None,
+    fork: ForkPlan | None,
 ) -> None:
+    """Whether this session may continue the existing run: a retry with what it recorded."""
     run_id = journal.run_id
+    if fork is not None:
+        _check_same_fork(journal, fork)
     journal.ensure_open()
-    if fork is not None and journal.status().source != fork.source:
-        raise InvalidArgumentError(
-            f"cannot fork into {run_id}: a run with that id already exists", run_id=run_id
-        )
     if version is not None and journal.version is not None and version != journal.version:
         raise VersionMismatchError(
             f"run {run_id} was started with version {journal.version!r}, this workflow is "
@@ -646,4 +721,38 @@ def _check_existing(
     if metadata is not None and started and metadata != recorded:
         raise MetadataMismatchError(
             f"run {run_id} was started with a different input", run_id=run_id
+        )
+    if params is not None and started and params != (journal.state.params or {}):
+        raise MetadataMismatchError(
+            f"run {run_id} was started with different params ({journal.state.params or {}}, "
+            f"not {params})",
+            run_id=run_id,
+        )
+
+
+def _check_same_fork(journal: Journal, fork: ForkPlan) -> None:
+    """A fork into an existing run is a retry only of that same fork (and edit)."""
+    run_id, source = journal.run_id, journal.state.source
+    if source != fork.source:
+        what = (
+            f"a fork of {source['runId']} at offset {source['fromOffset']}"
+            if source
+            else "not a fork"
+        )
+        raise RunExistsError(
+            f"cannot fork {fork.source_run_id} at offset {fork.offset} into {run_id}: that run "
+            f"exists and is {what}",
+            run_id=run_id,
+        )
+    if not fork.edits:
+        return
+    created = journal.state.created_offset or 0
+    recorded = [
+        {k: v for k, v in entry.items() if k not in ("session", "offset", "timestamp")}
+        for entry in journal.entries[created + 1 : created + 1 + len(fork.edits)]
+    ]
+    if recorded != list(fork.edits):
+        raise MetadataMismatchError(
+            f"run {run_id} is this fork with another edited result at offset {fork.offset}",
+            run_id=run_id,
         )

@@ -4,19 +4,33 @@ A fork copies the source's entries before the fork point into a new run, then op
 there whose `start` names the source (`{"runId", "fromOffset"}`). This module decides the cut:
 exactly one of an offset or a step id (the offset of that step's first `step` entry, so the
 step runs live again), never past the source's end. The source is only read.
+
+A fork may also *edit* its fork point: given a `result`, the entry at the cut is recorded in the
+new run's first session, after its `start`, with that result instead of being run: a step
+entry marked `"edited": true`, or for a suspend (or its resume) the resume that delivers the
+result as the event's value, marked the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kassette.append import read
-from kassette.codec import Entry, Source
+from kassette.codec import Entry, Source, check_json, event_id, event_name
 from kassette.errors import InvalidArgumentError
 from kassette.storage import Storage
 
-__all__ = ["ForkPlan", "plan_fork"]
+__all__ = ["NO_RESULT", "ForkPlan", "plan_fork"]
+
+
+class _NoResult:
+    def __repr__(self) -> str:
+        return "NO_RESULT"
+
+
+NO_RESULT: Any = _NoResult()  # a fork's `result` when it edits nothing (None is JSON null)
 
 
 @dataclass(frozen=True)
@@ -27,6 +41,8 @@ class ForkPlan:
     offset: int
     prefix: list[Entry]
     metadata: Any
+    params: dict[str, Any] | None = None
+    edits: tuple[Entry, ...] = ()  # entries after the fork's start: `type` and fields
 
     @property
     def source(self) -> Source:
@@ -34,8 +50,16 @@ class ForkPlan:
         return {"runId": self.source_run_id, "fromOffset": self.offset}
 
 
-def plan_fork(storage: Storage, run_id: str, offset: int | None, step: str | None) -> ForkPlan:
-    """Where to fork run `run_id`: at `offset`, or at the first `step` entry of step id `step`."""
+def plan_fork(
+    storage: Storage,
+    run_id: str,
+    offset: int | None,
+    step: str | None,
+    *,
+    result: Any = NO_RESULT,
+) -> ForkPlan:
+    """Where to fork run `run_id`: at `offset`, or at the first `step` entry of step id `step`;
+    with `result`, what the entry at that point records instead (see the module docstring)."""
     if (offset is None) == (step is None):
         raise InvalidArgumentError("fork needs exactly one of offset or step", run_id=run_id)
     source = read(storage, run_id)[0]
@@ -66,5 +90,55 @@ def plan_fork(storage: Storage, run_id: str, offset: int | None, step: str | Non
             run_id=run_id,
             offset=cut,
         )
-    metadata = source.first_start.get("metadata") if source.first_start else None
-    return ForkPlan(run_id, cut, source.entries[:cut], metadata)
+    edits = () if result is NO_RESULT else _edits(source.entries, cut, result, run_id)
+    return ForkPlan(
+        run_id,
+        cut,
+        source.entries[:cut],
+        source.state.input,
+        source.state.params,
+        edits,
+    )
+
+
+def _edits(entries: Sequence[Entry], cut: int, result: Any, run_id: str) -> tuple[Entry, ...]:
+    """The entries that record `result` in place of the entry at `cut`."""
+    if cut >= len(entries):
+        raise InvalidArgumentError(
+            f"run {run_id} has no entry at offset {cut} to edit", run_id=run_id, offset=cut
+        )
+    value = check_json(result, f"edited result at offset {cut} of run {run_id}")
+    entry = entries[cut]
+    kind = entry["type"]
+    if kind == "step" and entry.get("kind", "step") == "step":
+        return (
+            {
+                "type": "step",
+                "stepId": entry["stepId"],
+                "name": entry["name"],
+                "result": value,
+                "edited": True,
+            },
+        )
+    if kind in ("suspend", "resume"):
+        key = event_id(entry)
+        resume = {
+            "type": "resume",
+            "eventId": key,
+            "event": event_name(entry),
+            "value": value,
+            "edited": True,
+        }
+        if kind == "resume":
+            return (resume,)
+        suspend = {"type": "suspend", "eventId": key, "event": event_name(entry)}
+        if isinstance(entry.get("reason"), str):
+            suspend["reason"] = entry["reason"]
+        return (suspend, resume)
+    what = f"a {entry.get('kind')} step" if kind == "step" else f"a {kind} entry"
+    raise InvalidArgumentError(
+        f"cannot edit offset {cut} of run {run_id}: it is {what}; only a step's result or a "
+        "suspend's value can be edited",
+        run_id=run_id,
+        offset=cut,
+    )

@@ -32,10 +32,17 @@ class RunNode:
     fork_offset: int | None
     steps: int
     children: tuple[RunNode, ...] = ()
+    edited: bool = False  # a fork that recorded its fork point with a given result
 
     @classmethod
     def of(
-        cls, run_id: str, status: str, source: Mapping[str, object] | None, steps: int
+        cls,
+        run_id: str,
+        status: str,
+        source: Mapping[str, object] | None,
+        steps: int,
+        *,
+        edited: bool = False,
     ) -> RunNode:
         """The node of a run whose state records `source` (a fork's `{runId, fromOffset}`, as a
         journal may hold it: a field of another type counts as absent)."""
@@ -49,6 +56,7 @@ class RunNode:
             if isinstance(offset, int) and not isinstance(offset, bool)
             else None,
             steps=steps,
+            edited=edited,
         )
 
     @property
@@ -56,7 +64,7 @@ class RunNode:
         """`run (status, from offset N, K steps)`: what the tree shows for this run."""
         parts = [self.status]
         if self.parent_run_id is not None:
-            parts.append(f"from offset {self.fork_offset}")
+            parts.append(f"from offset {self.fork_offset}" + (", edited" if self.edited else ""))
         parts.append(f"{self.steps} step{'s' if self.steps != 1 else ''}")
         return f"{self.run_id} ({', '.join(parts)})"
 

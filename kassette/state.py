@@ -71,7 +71,8 @@ class RunState(NamedTuple):
 
     `created_offset` is the offset of the entry that created the run as it is: its first
     `start`, or for a fork its own `start` (the entries before it are the source's).
-    `ended_offset` is the offset of the terminal entry; nothing after it counts.
+    `ended_offset` is the offset of the terminal entry; nothing after it counts. `params` and
+    `input` are what the entry that created the run records (its `params`, its `metadata`).
     """
 
     status: Status = "running"
@@ -83,6 +84,8 @@ class RunState(NamedTuple):
     error: ErrorInfo | None = None
     created_offset: int | None = None
     ended_offset: int | None = None
+    params: dict[str, Any] | None = None
+    input: Any = None
 
 
 def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
@@ -92,7 +95,8 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
     state as it is, so a reader may fold only the other entries.
       - `start`: the first one with a string `version` sets the version; one with `source`
         (a fork's own start, or a fork of a fork's copy of it) sets the source, and the version
-        becomes its own: the code continuing a fork is the fork's.
+        becomes its own: the code continuing a fork is the fork's. The start that creates the
+        run (the first, or a fork's own) sets `params` and `input`.
       - `suspend` makes its event pending unless it was delivered; `resume` delivers it.
       - `complete`, `error`, `cancel`: the first one ends the run, with its result or error.
     """
@@ -105,10 +109,20 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
         source = entry.get("source")
         created = state.created_offset
         if isinstance(source, dict):
-            return state._replace(source=source, version=version, created_offset=entry["offset"])  # type: ignore[arg-type]
+            return state._replace(
+                source=source,  # type: ignore[arg-type]
+                version=version,
+                created_offset=entry["offset"],
+                params=_params(entry),
+                input=entry.get("metadata"),
+            )
         if state.version is None and version is not None:
             state = state._replace(version=version)
-        return state if created is not None else state._replace(created_offset=entry["offset"])
+        if created is not None:
+            return state
+        return state._replace(
+            created_offset=entry["offset"], params=_params(entry), input=entry.get("metadata")
+        )
     if kind == "suspend":
         key = event_id(entry)
         if key in state.delivered or key in state.pending_events:
@@ -126,6 +140,12 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
         error=ErrorInfo.of(entry.get("error")) if kind == "error" else None,
         ended_offset=entry["offset"],
     )
+
+
+def _params(start: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A start's `params`, when it records a JSON object."""
+    params = start.get("params")
+    return params if isinstance(params, dict) else None
 
 
 def reduce_run(entries: Iterable[Mapping[str, Any]]) -> RunState:

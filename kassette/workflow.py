@@ -39,6 +39,7 @@ from kassette.errors import (
     ReplayMismatchError,
     Suspended,
 )
+from kassette.fork import NO_RESULT
 from kassette.retry import NO_RETRY, Retry
 from kassette.state import ErrorInfo, RunStatus, html_table
 from kassette.storage import Storage, open_storage
@@ -54,13 +55,16 @@ ResultStatus = Literal["success", "suspended", "failed", "canceled"]
 @dataclass(frozen=True)
 class RunResult:
     """How one invocation of a run ended. `events` are the pending events of a suspended run,
-    in the order the code waits for them (a parallel block's in the order of its branches)."""
+    in the order the code waits for them (a parallel block's in the order of its branches).
+    `unreplayed` names steps the journal recorded before this invocation that its code never
+    replayed: a fork's prefix holds a step the calling code no longer has (renamed, say)."""
 
     run_id: str
     status: ResultStatus
     result: Any = None
     events: tuple[str, ...] = ()
     error: ErrorInfo | None = None
+    unreplayed: tuple[str, ...] = ()
 
     @property
     def event(self) -> str | None:
@@ -75,6 +79,8 @@ class RunResult:
             "events": list(self.events),
             "error": self.error.to_dict() if self.error else None,
         }
+        if self.unreplayed:
+            fields["unreplayed"] = list(self.unreplayed)
         return html_table(fields)
 
 
@@ -134,6 +140,12 @@ class _ContextBase:
     def replaying(self) -> bool:
         """True while the journal still holds answers for calls not yet made."""
         return self._run.replaying
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """The run's params (`start(..., params=...)`, or a fork's own or its source's), the
+        same on every replay; read-only, `{}` when there are none."""
+        return self._run.params
 
     def begin_step(self, name: str) -> Step:
         """The next step named `name` in this context's id scope (a branch has its own): the
@@ -344,7 +356,7 @@ class _Engine(Generic[I, R]):
         fn = (module, name) if named else self.fn
         return _rebuilt, (type(self), fn, self.storage, self.version, self.clock)
 
-    def _open_start(self, input: Any, run_id: str | None) -> Run:
+    def _open_start(self, input: Any, run_id: str | None, params: Mapping[str, Any] | None) -> Run:
         run_id = run_id if run_id is not None else new_run_id()
         return open_run(
             self.storage,
@@ -352,6 +364,7 @@ class _Engine(Generic[I, R]):
             metadata=input,
             version=self.version,
             clock=self.clock,
+            params=params,
         )
 
     def _open_resume(self, run_id: str, event: str, value: Any) -> Run:
@@ -370,7 +383,13 @@ class _Engine(Generic[I, R]):
         return run
 
     def _open_fork(
-        self, run_id: str, offset: int | None, step: str | None, new_run_id: str | None
+        self,
+        run_id: str,
+        offset: int | None,
+        step: str | None,
+        new_run_id: str | None,
+        params: Mapping[str, Any] | None,
+        result: Any,
     ) -> Run:
         return open_fork(
             self.storage,
@@ -380,6 +399,8 @@ class _Engine(Generic[I, R]):
             new_run_id=new_run_id,
             version=self.version,
             clock=self.clock,
+            params=params,
+            result=result,
         )
 
     @staticmethod
@@ -393,18 +414,22 @@ class _Engine(Generic[I, R]):
             and (exc is None or isinstance(exc, Exception | Suspended))
         ):
             # a suspend timed out and canceled the run: user code catching that cannot undo it
-            return RunResult(run.run_id, "canceled")
+            return RunResult(run.run_id, "canceled", unreplayed=run.unreplayed)
         if exc is None:
-            return RunResult(run.run_id, "success", result=run.complete(value))
+            result = run.complete(value)
+            return RunResult(run.run_id, "success", result=result, unreplayed=run.unreplayed)
         if isinstance(exc, Suspended):
             # branches journal their suspends in whatever order their threads or tasks run
             order = {event: index for index, event in enumerate(exc.events)}
             pending = sorted(run.journal.pending_events, key=lambda e: order.get(e, len(order)))
-            return RunResult(run.run_id, "suspended", events=tuple(pending))
+            return RunResult(
+                run.run_id, "suspended", events=tuple(pending), unreplayed=run.unreplayed
+            )
         if isinstance(exc, KassetteError) or not isinstance(exc, Exception):
             raise exc
         run.fail(exc)
-        return RunResult(run.run_id, "failed", error=ErrorInfo(type(exc).__name__, str(exc)))
+        error = ErrorInfo(type(exc).__name__, str(exc))
+        return RunResult(run.run_id, "failed", error=error, unreplayed=run.unreplayed)
 
 
 def _named(module: str | None, qualname: str) -> Any:
@@ -445,9 +470,18 @@ class Workflow(_Engine[I, R]):
                 return self._settle(run, exc=exc)
             return self._settle(run, value)
 
-    def start(self, input: I | None = None, *, run_id: str | None = None) -> RunResult:
-        """Run (or, for an existing run id, retry) the workflow until it ends or suspends."""
-        return self._invoke(self._open_start(input, run_id))
+    def start(
+        self,
+        input: I | None = None,
+        *,
+        run_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Run (or, for an existing run id, retry) the workflow until it ends or suspends.
+
+        `params` (a JSON object, `ctx.params`) is recorded with the run; on a retry, None means
+        "as recorded" and anything else must equal it (else `MetadataMismatchError`)."""
+        return self._invoke(self._open_start(input, run_id, params))
 
     def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
         """Deliver `value` for a pending `event` (name or id) and continue the run."""
@@ -460,9 +494,16 @@ class Workflow(_Engine[I, R]):
         offset: int | None = None,
         step: str | None = None,
         new_run_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        result: Any = NO_RESULT,
     ) -> RunResult:
-        """Copy `run_id`'s entries before the fork point into a new run and continue it live."""
-        return self._invoke(self._open_fork(run_id, offset, step, new_run_id))
+        """Copy `run_id`'s entries before the fork point into a new run and continue it live.
+
+        `params`: the fork's own (default: its source's). `result`: record the entry at the
+        fork point with this result instead of running it (a step's result, or a suspend's
+        delivered value), marked `"edited": true`. Forking into an existing run id retries
+        that same fork, else raises `RunExistsError`."""
+        return self._invoke(self._open_fork(run_id, offset, step, new_run_id, params, result))
 
     def status(self, run_id: str) -> RunStatus:
         return run_status(self.storage, run_id)
@@ -482,9 +523,18 @@ class AsyncWorkflow(_Engine[I, R]):
                 return self._settle(run, exc=exc)
             return self._settle(run, value)
 
-    async def start(self, input: I | None = None, *, run_id: str | None = None) -> RunResult:
-        """Run (or, for an existing run id, retry) the workflow until it ends or suspends."""
-        return await self._invoke(self._open_start(input, run_id))
+    async def start(
+        self,
+        input: I | None = None,
+        *,
+        run_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Run (or, for an existing run id, retry) the workflow until it ends or suspends.
+
+        `params` (a JSON object, `ctx.params`) is recorded with the run; on a retry, None means
+        "as recorded" and anything else must equal it (else `MetadataMismatchError`)."""
+        return await self._invoke(self._open_start(input, run_id, params))
 
     async def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
         """Deliver `value` for a pending `event` (name or id) and continue the run."""
@@ -497,9 +547,16 @@ class AsyncWorkflow(_Engine[I, R]):
         offset: int | None = None,
         step: str | None = None,
         new_run_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        result: Any = NO_RESULT,
     ) -> RunResult:
-        """Copy `run_id`'s entries before the fork point into a new run and continue it live."""
-        return await self._invoke(self._open_fork(run_id, offset, step, new_run_id))
+        """Copy `run_id`'s entries before the fork point into a new run and continue it live.
+
+        `params`: the fork's own (default: its source's). `result`: record the entry at the
+        fork point with this result instead of running it (a step's result, or a suspend's
+        delivered value), marked `"edited": true`. Forking into an existing run id retries
+        that same fork, else raises `RunExistsError`."""
+        return await self._invoke(self._open_fork(run_id, offset, step, new_run_id, params, result))
 
     async def status(self, run_id: str) -> RunStatus:
         return run_status(self.storage, run_id)

@@ -393,7 +393,7 @@ def test_fork_into_a_different_existing_run_is_refused(cli: Cli) -> None:
     write_runs(cli)
     before = (cli.directory / "open.jsonl").read_bytes()
     code, error = cli.error("fork", "done", "--from-offset", "1", "--new-run-id", "open")
-    assert (code, error["type"]) == (2, "InvalidArgumentError")
+    assert (code, error["type"]) == (2, "RunExistsError")
     assert (cli.directory / "open.jsonl").read_bytes() == before
 
 

@@ -26,6 +26,7 @@ from kassette.errors import (
     MetadataMismatchError,
     NotSerializableError,
     ReplayMismatchError,
+    RunExistsError,
     RunLockedError,
     RunNotFoundError,
     StorageError,
@@ -502,7 +503,7 @@ def test_fork_into_an_existing_run_is_refused(storage: Storage) -> None:
     with open_run(storage, "other"):
         pass
     before = data_of(storage, "other")
-    with pytest.raises(InvalidArgumentError, match="exists"):
+    with pytest.raises(RunExistsError, match="exists and is not a fork"):
         fork_run(storage, "src", offset=1, new_run_id="other")
     assert data_of(storage, "other") == before
     with pytest.raises(InvalidArgumentError):

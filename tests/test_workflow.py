@@ -31,6 +31,7 @@ from kassette import (
     KassetteError,
     MetadataMismatchError,
     ReplayMismatchError,
+    RunExistsError,
     RunLockedError,
     RunNotFoundError,
     RunResult,
@@ -946,11 +947,13 @@ def test_fork_into_an_existing_run(kind: str, storage: Any, clock: FakeClock) ->
 
     with pytest.raises(TerminalRunError):
         wf.fork("src", step="build", new_run_id="dst")
-    with pytest.raises(ValueError, match="exists"):
+    with pytest.raises(RunExistsError, match="exists and is not a fork"):
         wf.fork("src", step="build", new_run_id="taken")
     src_bytes = raw(storage, "src")
-    with pytest.raises(ValueError, match="exists"):
+    with pytest.raises(RunExistsError, match="exists and is not a fork"):
         wf.fork("src", step="build", new_run_id="src")
+    with pytest.raises(RunExistsError, match="is a fork of src at offset 2"):
+        wf.fork("src", offset=1, new_run_id="dst")  # ended, but another fork: not a retry
     with pytest.raises(ValueError):
         wf.fork("src", step="build", new_run_id="../escape")
     assert raw(storage, "dst") == dst_bytes and raw(storage, "taken") == taken_bytes

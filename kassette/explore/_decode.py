@@ -54,6 +54,7 @@ _READ_ENTRY_SCHEMA = pa.schema(
         pa.field("kind", pa.string()),
         pa.field("event", pa.string()),
         pa.field("duration_ms", pa.float64()),
+        pa.field("edited", pa.bool_(), nullable=False),
         pa.field("value", pa.large_string(), nullable=False),
     ]
 )
@@ -74,6 +75,9 @@ RUN_SCHEMA = pa.schema(
         pa.field("duration_s", pa.float64()),
         pa.field("pending_events", pa.list_(pa.string()), nullable=False),
         pa.field("error", pa.string()),
+        pa.field("params", pa.large_string()),
+        pa.field("input", pa.large_string()),
+        pa.field("result", pa.large_string()),
         # the run's own model calls and tokens: a fork's copied prefix is its source's
         pa.field("llm_calls", pa.int64(), nullable=False),
         pa.field("input_tokens", pa.int64(), nullable=False),
@@ -96,6 +100,7 @@ _READ_SCHEMA = pa.schema(
         ("kind", pa.string()),
         ("event", pa.string()),
         ("durationMs", pa.float64()),
+        ("edited", pa.bool_()),
     ]
 )
 _PARSE_OPTIONS = pa_json.ParseOptions(
@@ -267,6 +272,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         pc.if_else(is_step, pc.coalesce(parsed.column("kind"), "step"), parsed.column("kind")),
         pc.coalesce(parsed.column("event"), event_name),
         parsed.column("durationMs"),
+        pc.fill_null(parsed.column("edited"), False),
         _values(batch.data, payload_starts, ends),
     ]
     return pa.Table.from_arrays(columns, schema=_READ_ENTRY_SCHEMA)
@@ -367,6 +373,7 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
         event = _text(entry.get("event"))
         columns["event"].append(event if event is not None else event_name)
         columns["duration_ms"].append(_number(entry.get("durationMs")))
+        columns["edited"].append(entry.get("edited") is True)
         payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
         columns["value"].append(to_json(payload))
     return pa.table(columns, schema=_READ_ENTRY_SCHEMA)
@@ -447,9 +454,28 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         duration,
         pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
         pa.array([str(s.error) if s.error else None for s in states], pa.string()),
+        pa.array([to_json(s.params or {}) for s in states], pa.large_string()),
+        pa.array([_json_of(s.input, s.created_offset) for s in states], pa.large_string()),
+        pa.array(
+            [
+                _json_of(s.result, s.ended_offset if s.status == "completed" else None)
+                for s in states
+            ],
+            pa.large_string(),
+        ),
     ]
     forks = np.array([-1 if o is None else o for o in fork_offsets], dtype=np.int64)
     return columns, forks
+
+
+def _json_of(value: Any, recorded_at: int | None) -> str | None:
+    """`value` as JSON text, if the entry that records it exists (a foreign writer's NaN too)."""
+    if recorded_at is None:
+        return None
+    try:
+        return to_json(value)
+    except ValueError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _source_field(state: RunState, key: str, kind: type) -> Any:

@@ -29,7 +29,12 @@ import pandas as pd
 
 from kassette.codec import check_json
 from kassette.core import read_journal, run_status
-from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
+from kassette.errors import (
+    InvalidArgumentError,
+    MetadataMismatchError,
+    RunExistsError,
+    RunNotFoundError,
+)
 from kassette.fork import plan_fork
 from kassette.state import ErrorInfo, RunStatus
 from kassette.workflow import AsyncWorkflow, ResultStatus, RunResult, Workflow
@@ -292,7 +297,7 @@ class Branches:
             "result": outcome.result,
             "error": str(outcome.error) if outcome.error else None,
             "score": self._score_of(outcome),
-            "unreplayed": list(getattr(outcome, "unreplayed", ())),
+            "unreplayed": list(outcome.unreplayed),
         }
 
     def _score_of(self, outcome: RunResult) -> float:
@@ -311,8 +316,7 @@ class Branches:
 
 def _params_of(storage: Any, run_id: str) -> dict[str, Any]:
     """The params a run was started (or forked) with; `{}` when none."""
-    params = getattr(read_journal(storage, run_id).state, "params", None)
-    return dict(params) if isinstance(params, Mapping) else {}
+    return dict(read_journal(storage, run_id).state.params or {})
 
 
 def _waits_for(outcome: RunResult, event: str) -> bool:
@@ -474,19 +478,20 @@ def _prefix(prefix: str | None, run_id: str, step: str | None, cut: int) -> str:
 
 
 def _check_branch_id(branch: _Branch) -> None:
-    """A branch id that holds a run other than this fork of the source is refused."""
+    """A branch id may hold only this same fork of the source, with these params and edit:
+    a re-call that would report another fan-out's branches is refused, before anything runs."""
     from kassette.storage import validate_run_id
 
     validate_run_id(branch.run_id)
     try:
-        status = run_status(branch.workflow.storage, branch.run_id)
+        journal = read_journal(branch.workflow.storage, branch.run_id)
     except RunNotFoundError:
         return
-    expected = {"runId": branch.source, "fromOffset": branch.offset}
-    if status.source != expected:
+    state, expected = journal.state, {"runId": branch.source, "fromOffset": branch.offset}
+    if state.source != expected:
         what = (
-            f"a fork of {status.source['runId']} at offset {status.source['fromOffset']}"
-            if status.source
+            f"a fork of {state.source['runId']} at offset {state.source['fromOffset']}"
+            if state.source
             else "not a fork"
         )
         raise RunExistsError(
@@ -494,6 +499,26 @@ def _check_branch_id(branch: _Branch) -> None:
             f"{branch.source} at offset {branch.offset}: pass another prefix",
             run_id=branch.run_id,
         )
+    if branch.params is not None and branch.params != (state.params or {}):
+        raise MetadataMismatchError(
+            f"branch {branch.run_id} exists with params {state.params or {}}, not "
+            f"{branch.params}: pass another prefix",
+            run_id=branch.run_id,
+        )
+    if branch.edit is not None and _edited_value(journal) != branch.edit:
+        raise MetadataMismatchError(
+            f"branch {branch.run_id} exists with another edited result: pass another prefix",
+            run_id=branch.run_id,
+        )
+
+
+def _edited_value(journal: Any) -> tuple[Any] | None:
+    """The result (or value) a fork recorded at its fork point, if it edited it."""
+    created = journal.state.created_offset or 0
+    for entry in journal.entries[created + 1 : created + 3]:
+        if entry.get("edited") is True:
+            return (entry["result"] if entry["type"] == "step" else entry.get("value"),)
+    return None
 
 
 def _check_picklable(branch: _Branch) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
+from typing import Any
 
 from kassette.errors import RunNotFoundError
 from kassette.explore.frames import Journals
@@ -118,10 +119,27 @@ def _badge(status: str) -> str:
 
 
 def lineage(journals: Journals) -> Lineage:
-    """The fork forest of the runs in `journals`."""
+    """The fork forest of the runs in `journals`; a fork that edited its fork point (an
+    `edited` entry after its fork offset) is marked so."""
     runs = journals.to_arrow("runs")
     columns = [
         runs.column(name).to_pylist()
         for name in ("run_id", "status", "parent_run_id", "fork_offset", "steps")
     ]  # only these columns: making datetimes of the others would cost more than the forest
-    return Lineage(build_forest(map(RunNode, *columns)))
+    edited = _edited_forks(journals, dict(zip(columns[0], columns[3], strict=True)))
+    return Lineage(
+        build_forest(
+            RunNode(*fields, edited=fields[0] in edited) for fields in zip(*columns, strict=True)
+        )
+    )
+
+
+def _edited_forks(journals: Journals, forked_at: dict[str, int | None]) -> set[str]:
+    """Runs with an `edited` entry past their fork offset: forks that edited their fork point."""
+    entries = journals.to_arrow("entries")
+    edited = entries.filter(entries.column("edited")).select(["run_id", "offset"]).to_pylist()
+    return {
+        row["run_id"]
+        for row in edited
+        if (at := forked_at.get(row["run_id"])) is not None and row["offset"] > at
+    }

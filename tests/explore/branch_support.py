@@ -61,7 +61,7 @@ def agent(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
     """plan, draft (varies by `ctx.params` temperature), `task["steps"]` work steps, score."""
     root, run_id = task["root"], ctx.run_id
     ctx.step("plan", lambda: counted(root, run_id, "plan", "plan"))
-    params = dict(getattr(ctx, "params", {}) or {})
+    params = ctx.params
     draft = ctx.step(
         "draft", lambda: counted(root, run_id, "draft", f"draft@{params.get('temperature', 0)}")
     )

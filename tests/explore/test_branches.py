@@ -15,6 +15,7 @@ from kassette import (
     InvalidArgumentError,
     LocalStorage,
     MemoryStorage,
+    MetadataMismatchError,
     RunExistsError,
     Storage,
     kassette,
@@ -36,7 +37,7 @@ def make_agent(storage: Storage, calls: list[str] | None = None, **extra: Any) -
             return value
 
         plan = ctx.step("plan", lambda: call("plan", f"plan for {task['goal']}"))
-        temperature = dict(getattr(ctx, "params", {}) or {}).get("temperature", 0.0)
+        temperature = ctx.params.get("temperature", 0.0)
         draft = ctx.step("draft", lambda: call("draft", f"{plan} at {temperature}"))
         if task.get("approve"):
             verdict = ctx.suspend("approval")
@@ -246,3 +247,51 @@ def test_async_branches_run_as_tasks_of_one_loop_even_inside_a_running_loop(
     assert branches.frame["status"].tolist() == ["success"] * PARTIES, branches.frame["error"]
     assert branches.frame["result"].tolist() == [PARTIES] * PARTIES
     assert len(loops) == 1 and len(threads) == 1
+
+
+def test_params_give_each_branch_its_own_ctx_params(storage: MemoryStorage) -> None:
+    calls: list[str] = []
+    agent = make_agent(storage, calls)
+    agent.start({"goal": "ship"}, run_id="root", params={"temperature": 0.1})
+    grid = [{"temperature": t} for t in (0.5, 1.5)]
+    branches = kx.fan_out(agent, "root", step="draft", params=grid)
+    assert branches.frame["params"].tolist() == grid
+    drafts = [result["draft"] for result in branches.frame["result"]]
+    assert drafts == ["plan for ship at 0.5", "plan for ship at 1.5"]
+    same = kx.fan_out(agent, "root", step="draft", n=1, prefix="alike")
+    assert same.frame.loc[0, "params"] == {"temperature": 0.1}  # the source's
+    runs = kx.load(storage).runs.set_index("run_id")
+    assert json.loads(runs.loc["root.draft.1", "params"]) == {"temperature": 1.5}
+    calls.clear()
+    with pytest.raises(MetadataMismatchError, match="exists with params"):
+        kx.fan_out(agent, "root", step="draft", params=[{"temperature": 9}])
+    assert calls == []
+
+
+def test_results_fork_with_the_step_edited_and_not_run(storage: MemoryStorage) -> None:
+    calls: list[str] = []
+    agent = make_agent(storage, calls)
+    agent.start({"goal": "ship"}, run_id="root")
+    calls.clear()
+    branches = kx.fan_out(agent, "root", step="draft", results=["mine", {"a": 1}])
+    assert [r["draft"] for r in branches.frame["result"]] == ["mine", {"a": 1}]
+    assert calls == []  # the plan replayed, the draft edited: nothing called
+    entries = branches.journals.entries
+    assert entries[entries.edited].run_id.tolist() == branches.run_ids
+    again = kx.fan_out(agent, "root", step="draft", results=["mine", {"a": 1}])
+    assert again.frame["status"].tolist() == ["success", "success"]
+    with pytest.raises(MetadataMismatchError, match="another edited result"):
+        kx.fan_out(agent, "root", step="draft", results=["yours", {"a": 1}])
+
+
+def test_a_branch_that_does_not_replay_a_copied_step_reports_it(storage: MemoryStorage) -> None:
+    agent = make_agent(storage)
+    agent.start({"goal": "ship"}, run_id="root")
+
+    @kassette(storage=storage)
+    def renamed(ctx: Any, task: dict[str, Any]) -> str:
+        ctx.step("planning", lambda: "renamed")  # was "plan"
+        return str(ctx.step("draft", lambda: "d"))
+
+    branches = kx.fan_out(agent, "root", step="draft", workflows=[agent, renamed])
+    assert branches.frame["unreplayed"].tolist() == [[], ["plan"]]
