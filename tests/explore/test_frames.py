@@ -40,6 +40,7 @@ ENTRY_DTYPES = {
     "kind": "str",
     "event": "str",
     "duration_ms": "float64",
+    "edited": "bool",
     "value": "str",
     "copied": "bool",
 }
@@ -56,6 +57,9 @@ RUN_DTYPES = {
     "duration_s": "float64",
     "pending_events": "object",
     "error": "str",
+    "params": "str",
+    "input": "str",
+    "result": "str",
     "llm_calls": "Int64",
     "input_tokens": "Int64",
     "output_tokens": "Int64",

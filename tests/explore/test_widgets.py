@@ -251,9 +251,9 @@ def test_the_fork_runs_the_workflow_code_the_notebook_has_now(scenario: Scenario
 
 def test_a_failed_fork_is_shown_not_raised(scenario: Scenario) -> None:
     explorer = kx.ForkExplorer(scenario.workflow, "single")
-    explorer.new_run_id.value = "forked"  # exists, and has ended
+    explorer.new_run_id.value = "forked"  # exists: a fork of single at another offset
     explorer.fork_button.click()
-    assert "TerminalRunError" in explorer.status.value and explorer.results == []
+    assert "RunExistsError" in explorer.status.value and explorer.results == []
     explorer.new_run_id.value = "bad id!"
     explorer.fork_button.click()
     assert "invalid run id" in explorer.status.value
