@@ -194,5 +194,6 @@ def _grow(
             run.fork_offset,
             run.steps,
             tuple(finished[child] for child in below),
+            run.edited,
         )
     return finished[root]

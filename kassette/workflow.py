@@ -71,6 +71,14 @@ class RunResult:
         """The first pending event id, or None."""
         return self.events[0] if self.events else None
 
+    def __repr__(self) -> str:
+        # `unreplayed` is shown only when it names something: it rarely does
+        fields = f"run_id={self.run_id!r}, status={self.status!r}, result={self.result!r}, "
+        fields += f"events={self.events!r}, error={self.error!r}"
+        if self.unreplayed:
+            fields += f", unreplayed={self.unreplayed!r}"
+        return f"RunResult({fields})"
+
     def _repr_html_(self) -> str:
         fields = {
             "run_id": self.run_id,

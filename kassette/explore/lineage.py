@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
-from typing import Any
 
 from kassette.errors import RunNotFoundError
 from kassette.explore.frames import Journals
@@ -129,7 +128,8 @@ def lineage(journals: Journals) -> Lineage:
     edited = _edited_forks(journals, dict(zip(columns[0], columns[3], strict=True)))
     return Lineage(
         build_forest(
-            RunNode(*fields, edited=fields[0] in edited) for fields in zip(*columns, strict=True)
+            RunNode(run_id, status, parent, offset, steps, edited=run_id in edited)
+            for run_id, status, parent, offset, steps in zip(*columns, strict=True)
         )
     )
 

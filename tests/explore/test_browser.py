@@ -499,8 +499,9 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     expect(status).to_have_text("forked main at offset 2 into rewrite: success")
     expect(panel.locator(".kassette-forest .kassette-node")).to_have_count(3)
     expect(node(panel, "rewrite")).to_have_text("rewrite · @2 · 3 steps")
-    expect(details.locator("p b").first).to_have_text("rewrite")  # the new branch is selected
-    expect(target).to_contain_text("Fork will branch rewrite at offset")
+    # the source stays the run picked: the next press forks main again
+    expect(details.locator("p b").first).to_have_text("main")
+    expect(target).to_contain_text("Fork will branch main at offset 2")
     written = sorted(path.name for path in journals.glob("*.jsonl"))
     assert written == ["main.jsonl", "retest.jsonl", "rewrite.jsonl"]
     journal = read_journal(LocalStorage(journals), "rewrite")

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import anywidget
-import pyarrow as pa
 import pytest
 from conftest import RUNS, Scenario
 from ipywidgets.widgets.widget import _instances
@@ -82,22 +81,18 @@ def test_colour_by_a_numeric_column_or_a_mapping(scenario: Scenario) -> None:
 
 
 def test_forks_are_labelled_with_their_params_and_edited_marks(scenario: Scenario) -> None:
-    journals = kx.load(scenario.storage)
-    runs, entries = journals.to_arrow("runs"), journals.to_arrow("entries")
-    params = [json.dumps({"temperature": 0.7}) if r == "forked" else None for r in journals.run_ids]
-    edited = [r == "refork" and o == 1 for r, o in zip(
-        entries.column("run_id").to_pylist(), entries.column("offset").to_pylist(), strict=True
-    )]  # fmt: skip
-    shaped = kx.Journals(
-        entries.append_column("edited", pa.array(edited)),
-        runs.append_column("params", pa.array(params, pa.string())),
-    )
-    tree = kx.RunTree(shaped)
-    assert tree.nodes["forked"].params == "temperature=0.7"
-    assert tree.forest["note"][tree.forest["id"].index("forked")] == "temperature=0.7"
-    assert tree.nodes["refork"].edited and not tree.nodes["forked"].edited
-    tree.select("refork")
-    assert tree.details["edited"] and [e["edited"] for e in tree.entries][:2] == [False, True]
+    workflow = scenario.workflow
+    workflow.fork("single", step="implement", new_run_id="warm", params={"temperature": 0.7})
+    workflow.fork("single", step="implement", new_run_id="mine", result="my code")
+    workflow.fork("mine", offset=4, new_run_id="of-mine")  # copies the edit, edits nothing
+    tree = kx.RunTree(kx.load(scenario.storage))
+    assert tree.nodes["warm"].params == "temperature=0.7"
+    assert tree.forest["note"][tree.forest["id"].index("warm")] == "temperature=0.7"
+    assert tree.nodes["mine"].edited and not tree.nodes["warm"].edited
+    assert not tree.nodes["of-mine"].edited
+    tree.select("mine")
+    assert tree.details["edited"]
+    assert [e["edited"] for e in tree.entries] == [False, False, False, True, False]
 
 
 def test_selecting_a_node_shows_its_entries(scenario: Scenario) -> None:
@@ -189,13 +184,13 @@ def test_fork_explorer_picks_a_point_and_forks(scenario: Scenario) -> None:
     status = run_status(scenario.storage, "replan")
     assert status.source == {"runId": "single", "fromOffset": 1}
     assert status.status == "completed"
-    assert explorer.tree.selected == "replan" and "replan" in explorer.tree.nodes
-    assert explorer.source == "replan" and explorer.new_run_id.value == ""
+    assert explorer.tree.selected == "single" and "replan" in explorer.tree.nodes
+    assert explorer.source == "single" and explorer.new_run_id.value == ""
     page = explorer.comparison.value
     assert "<th>single</th>" in page and "<th>replan</th>" in page
     assert "first divergence" in page
     assert repr(explorer) == (
-        "ForkExplorer: fork replan at offset 2 (step plan)\nlast fork: replan (success)"
+        "ForkExplorer: fork single at offset 1 (step plan)\nlast fork: replan (success)"
     )
 
 
@@ -218,10 +213,10 @@ def test_fork_explorer_says_what_a_press_of_fork_would_fork(scenario: Scenario) 
     assert "at offset 3 into <b>again</b>:" in explorer.target.value
     explorer.tree.select("refork")
     assert explorer.target.value.startswith("Fork will branch <b>refork</b> at offset 1 into")
-    explorer.fork_button.click()  # into "again": the new run is selected, so it is next
-    assert explorer.source == "again"
+    explorer.fork_button.click()  # into "again": the run picked stays the one to fork
+    assert explorer.source == "refork" and "again" in explorer.tree.nodes
     assert explorer.target.value.startswith(
-        "Fork will branch <b>again</b> at offset 2 into a new run (random id)"
+        "Fork will branch <b>refork</b> at offset 1 into a new run (random id)"
     )
     suspended = kx.ForkExplorer(scenario.workflow, "resumed")
     suspended.offset.value = 3
@@ -298,7 +293,7 @@ def test_async_workflow_on_a_running_loop_as_in_jupyter() -> None:
                 break
             await asyncio.sleep(0.01)
         assert [result.run_id for result in explorer.results] == ["branch"]
-        assert explorer.tree.selected == "branch"
+        assert explorer.tree.selected == "main" and "branch" in explorer.tree.nodes
 
     asyncio.run(notebook())
     assert run_status(storage, "branch").status == "completed"
@@ -309,3 +304,59 @@ def test_entries_without_a_timestamp_still_show() -> None:
     storage.append("odd", b'{"type":"start","session":1,"offset":0}\n', token=None)
     tree = kx.RunTree(kx.load(storage))
     assert tree.entries[0]["type"] == "start" and tree.entries[0]["time"] == ""
+
+
+def test_the_source_stays_the_run_picked_after_a_fork(scenario: Scenario) -> None:
+    explorer = kx.ForkExplorer(scenario.workflow, "single")
+    explorer.step.value = "implement"
+    explorer.new_run_id.value = "first"
+    explorer.fork_button.click()
+    explorer.new_run_id.value = "second"
+    explorer.fork_button.click()  # the same run again, not the branch just made
+    sources = [run_status(scenario.storage, r).source for r in ("first", "second")]
+    assert sources == [{"runId": "single", "fromOffset": 2}] * 2
+    assert explorer.source == "single" and explorer.offset.value == 2
+    assert {"first", "second"} <= set(explorer.tree.nodes)
+    explorer.tree.select("first")  # unless the branch is picked
+    assert explorer.source == "first"
+    assert explorer.target.value.startswith("Fork will branch <b>first</b>")
+
+
+def test_fan_out_makes_k_branches_or_one_per_params_object(scenario: Scenario) -> None:
+    explorer = kx.ForkExplorer(scenario.workflow, "single")
+    explorer.step.value = "implement"
+    explorer.fan_out_count.value = 3
+    explorer.fan_out_button.click()
+    [branches] = explorer.fan_outs
+    assert branches.run_ids == ["single.2.0", "single.2.1", "single.2.2"]
+    assert explorer.status.value.startswith(
+        "fanned out <b>single</b> at offset 2 into 3 branches (single.2.0 …):"
+    )
+    assert "3 success" in explorer.status.value and "<th>single.2.2</th>" in (
+        explorer.comparison.value
+    )
+    assert explorer.source == "single" and "single.2.1" in explorer.tree.nodes
+    explorer.fan_out_params.value = '[{"temperature": 0.1}, {"temperature": 0.9}]'
+    explorer.new_run_id.value = "grid"
+    explorer.fan_out_button.click()
+    assert explorer.fan_outs[-1].run_ids == ["grid.0", "grid.1"]
+    assert read_journal(scenario.storage, "grid.1").state.params == {"temperature": 0.9}
+    explorer.fan_out_params.value = '{"temperature": 1}'
+    explorer.fan_out_button.click()
+    assert "InvalidArgumentError: params must be a JSON list of objects" in explorer.status.value
+    assert len(explorer.fan_outs) == 2
+
+
+def test_a_fork_whose_code_skips_a_copied_step_is_warned_of(scenario: Scenario) -> None:
+    explorer = kx.ForkExplorer(scenario.workflow, "single")
+
+    @kassette(storage=scenario.storage, clock=scenario.clock, version="agent-v1")
+    def renamed(ctx: Any, task: dict[str, Any]) -> str:
+        ctx.step("planning", lambda: "renamed")  # was "plan"
+        return str(ctx.step("implement", lambda: "code"))
+
+    explorer.workflow = renamed
+    explorer.step.value = "implement"
+    explorer.fork_button.click()
+    assert explorer.results[-1].unreplayed == ("plan",)
+    assert "did not replay the recorded step <b>plan</b>" in explorer.status.value

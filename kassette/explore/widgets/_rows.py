@@ -115,7 +115,7 @@ def rows(
     journals: Journals, lineage: Lineage, colors: Mapping[str, str]
 ) -> tuple[dict[str, list[Any]], dict[str, TreeNode]]:
     """The forest as columns for the browser, and the same runs as `TreeNode`s by run id."""
-    params, edited = _params(journals), _edited(journals)
+    params = _params(journals)
     ids: list[str] = []
     labels: list[str] = []
     statuses: list[str] = []
@@ -133,7 +133,8 @@ def rows(
         while open_rows and depths[open_rows[-1]] >= depth:
             ends[open_rows.pop()] = len(ids)
         row, run_id = len(ids), node.run_id
-        note, mark, label = params.get(run_id, ""), run_id in edited, node_label(node)
+        # edited: a fork that recorded its fork point with a given result (see kx.lineage)
+        note, mark, label = params.get(run_id, ""), node.edited, node_label(node)
         color = colors.get(run_id, OTHER_COLOR)
         ids.append(run_id)
         labels.append(label)
@@ -197,16 +198,6 @@ def _params(journals: Journals) -> dict[str, str]:
 
 def _short(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _edited(journals: Journals) -> set[str]:
-    """Runs with an `edited` entry (a fork that replaced a copied step's result)."""
-    for table in ("runs", "entries"):  # a Literal each
-        data = journals.to_arrow(table)
-        if "edited" in data.column_names and pa.types.is_boolean(data.column("edited").type):
-            marked = data.filter(pc.fill_null(data.column("edited"), False))
-            return set(marked.column("run_id").to_pylist())
-    return set()
 
 
 def run_header(journals: Journals, run_id: str, node: TreeNode) -> dict[str, Any]:

@@ -3,13 +3,15 @@
 A fork-point picker and a Fork button (plain ipywidgets) on top of a `RunTree` of the run's
 family, with a line saying what a press would fork: pressing Fork calls `workflow.fork(...)`,
 so the continuation runs the workflow code the notebook holds now; the new branch then
-appears in the tree and side by side with its source.
+appears in the tree and side by side with its source, which stays the run to fork. A Fan out
+button forks the same point many ways at once (`kx.fan_out`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import json
 from collections.abc import Coroutine
 from typing import Any
 
@@ -17,7 +19,8 @@ import ipywidgets as widgets
 import pandas as pd
 
 from kassette.codec import TERMINAL_TYPES
-from kassette.errors import RunNotFoundError
+from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore.branches import Branches, fan_out
 from kassette.explore.compare import FIRST_DIVERGENCE, compare
 from kassette.explore.frames import Journals, load
 from kassette.explore.lineage import STATUS_COLORS, lineage
@@ -31,11 +34,15 @@ __all__ = ["ForkExplorer"]
 class ForkExplorer(widgets.VBox):  # type: ignore[misc]
     """Pick a fork point of a run, press Fork, and compare the new branch with its source.
 
-    The run forked is the one selected in `tree` (at first `run_id`). `step` (a dropdown of
-    the run's steps) moves `offset` (a slider) to that step, so it runs again in the fork;
-    `new_run_id` names the fork (blank: a random id). `target` says what a press of
-    `fork_button` would do, and follows every change of run, offset or name; the press calls
-    `fork()`. Assign `explorer.workflow` after redefining the workflow to fork with the new code.
+    The run forked, `source`, is the one picked in `tree` (at first `run_id`); it stays the
+    source after a fork, until another run is picked. `step` (a dropdown of the run's steps)
+    moves `offset` (a slider) to that step, so it runs again in the fork; `new_run_id` names
+    the fork (blank: a random id). `target` says what a press of `fork_button` would do, and
+    follows every change of run, offset or name; the press calls `fork()`. `fan_out_button`
+    forks the same point into `fan_out_count` branches, or one per params object of the JSON
+    list in `fan_out_params`, run concurrently (`fan_out()`, see `kx.fan_out`; `new_run_id`,
+    if given, is the branches' prefix). Assign `explorer.workflow` after redefining the
+    workflow to fork with the new code.
     """
 
     def __init__(
@@ -53,15 +60,23 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.fork_button = widgets.Button(
             description="Fork", button_style="primary", icon="code-branch"
         )
+        self.fan_out_count = widgets.BoundedIntText(description="branches", value=3, min=1, max=256)
+        self.fan_out_params = widgets.Text(
+            description="params", placeholder='[{"temperature": 0.2}, ...] (or blank)'
+        )
+        self.fan_out_button = widgets.Button(description="Fan out", icon="sitemap")
+        self.fan_outs: list[Branches] = []
         self.target = widgets.HTML()
         self.status = widgets.HTML()
         self.comparison = widgets.HTML()
         loaded = journals if journals is not None else load(workflow.storage)
         self.tree = RunTree(_family(loaded, run_id), selected=run_id, workflow=workflow)
+        self._source = run_id
         super().__init__(
             [
                 widgets.HBox([self.step, self.offset]),
                 widgets.HBox([self.new_run_id, self.fork_button]),
+                widgets.HBox([self.fan_out_count, self.fan_out_params, self.fan_out_button]),
                 self.target,
                 self.status,
                 self.tree,
@@ -76,12 +91,48 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.new_run_id.observe(self._describe_target, names="value")
         self.tree.observe(self._source_chosen, names="selected")
         self.fork_button.on_click(self._clicked)
+        self.fan_out_button.on_click(self._fan_out_clicked)
         self._source_chosen()
 
     @property
     def source(self) -> str:
-        """The run a press of Fork forks: the one selected in the tree."""
-        return str(self.tree.selected)
+        """The run a press of Fork forks: the one last picked in the tree (a fork made here
+        does not change it)."""
+        return self._source
+
+    def fan_out(self) -> Branches:
+        """Fork `source` at `offset` into `fan_out_count` branches, or one per params object
+        in `fan_out_params` (a JSON list), run them concurrently, and show them. Pressing
+        again re-reports the same branches (`kx.fan_out` is durable): name another prefix in
+        `new_run_id` to fan out the same point anew."""
+        source, offset = self.source, self.offset.value
+        text = self.fan_out_params.value.strip()
+        varied: dict[str, Any] = (
+            {"params": _params_list(text)} if text else {"n": self.fan_out_count.value}
+        )
+        prefix = self.new_run_id.value.strip() or None
+        self.status.value = f"fanning out <b>{html.escape(source)}</b> at offset {offset}…"
+        branches = fan_out(self.workflow, source, offset=offset, prefix=prefix, **varied)
+        self.fan_outs.append(branches)
+        self.new_run_id.value = ""
+        journals = self._show_family(source)
+        counts = branches.frame["status"].value_counts()
+        summary = ", ".join(
+            f"<span style='color:{status_color(_RUN_STATUS.get(str(status), str(status)))}'>"
+            f"{count} {html.escape(str(status))}</span>"
+            for status, count in counts.items()
+        )
+        unreplayed = sorted({s for steps in branches.frame["unreplayed"] for s in steps})
+        self.status.value = (
+            f"fanned out <b>{html.escape(source)}</b> at offset {offset} into "
+            f"{len(branches)} branches ({html.escape(branches.run_ids[0])} …): {summary}"
+            + _unreplayed_warning(unreplayed)
+        )
+        frame = compare(journals, [source, *branches.run_ids])
+        self.comparison.value = frame.to_html(na_rep="", escape=True).replace(
+            f"<th>{FIRST_DIVERGENCE}</th>", "<th>first divergence</th>"
+        )
+        return branches
 
     def fork(self) -> RunResult | asyncio.Task[RunResult]:
         """Fork `source` at `offset` and run the continuation, then show the new branch.
@@ -117,6 +168,12 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         except Exception as exc:  # shown in the widget: a click has no caller to raise to
             self._failed(exc)
 
+    def _fan_out_clicked(self, button: Any = None) -> None:
+        try:
+            self.fan_out()
+        except Exception as exc:  # shown in the widget: a click has no caller to raise to
+            self._failed(exc)
+
     def _finished(self, source: str, offset: int, task: asyncio.Task[RunResult]) -> None:
         try:
             self._forked(source, offset, task.result())
@@ -132,13 +189,13 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
     def _forked(self, source: str, offset: int, result: RunResult) -> RunResult:
         self.results.append(result)
         self.new_run_id.value = ""
-        journals = _family(load(self.workflow.storage), source)
-        self.tree.update(journals, selected=result.run_id)
-        color = status_color({"success": "completed"}.get(result.status, result.status))
+        journals = self._show_family(source)
+        color = status_color(_RUN_STATUS.get(result.status, result.status))
         self.status.value = (
             f"forked <b>{html.escape(source)}</b> at offset {offset} into "
             f"<b>{html.escape(result.run_id)}</b>: "
             f"<span style='color:{color}'>{html.escape(result.status)}</span>"
+            + _unreplayed_warning(list(result.unreplayed))
         )
         frame = compare(journals, [source, result.run_id])
         self.comparison.value = frame.to_html(na_rep="", escape=True).replace(
@@ -146,9 +203,16 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         )
         return result
 
+    def _show_family(self, source: str) -> Journals:
+        """Reload the source's fork family into the tree, the source still picked."""
+        journals = _family(load(self.workflow.storage), source)
+        self.tree.update(journals, selected=source)
+        return journals
+
     def _source_chosen(self, change: Any = None) -> None:
         if self.tree.selected is None:
             return
+        self._source = str(self.tree.selected)
         entries = self.tree.journals._entries_of(self.source)
         steps = entries[entries["type"] == "step"].drop_duplicates("step_id")
         terminal = entries[entries["type"].isin(sorted(TERMINAL_TYPES))]
@@ -203,6 +267,32 @@ def _entry_name(entry: pd.Series) -> str:
     name = next((v for v in (entry["step_id"], entry["event"]) if isinstance(v, str)), None)
     kind = html.escape(str(entry["type"]))
     return f"{kind} <b>{html.escape(name)}</b>" if name else f"the {kind} entry"
+
+
+_RUN_STATUS = {"success": "completed"}  # a RunResult's status as the tree colours it
+
+
+def _params_list(text: str) -> list[dict[str, Any]]:
+    """The fan-out params typed in the widget: a JSON list of objects."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"params must be a JSON list of objects: {exc}") from None
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise InvalidArgumentError(f"params must be a JSON list of objects, not {text}")
+    return value
+
+
+def _unreplayed_warning(steps: list[str]) -> str:
+    """A warning that the code did not replay recorded steps (renamed, or dropped)."""
+    if not steps:
+        return ""
+    names = ", ".join(f"<b>{html.escape(step)}</b>" for step in steps)
+    return (
+        f"<br><span style='color:{STATUS_COLORS['suspended']}'>&#9888; the code did not "
+        f"replay the recorded step{'s' if len(steps) > 1 else ''} {names} of the copied "
+        "prefix (renamed or removed?)</span>"
+    )
 
 
 async def _awaited(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:
