@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from kassette.codec import parse_timestamp, to_json
-from kassette.core import cancel_run, fork_run, read_journal, run_status
+from kassette.core import cancel_run, fork_run, run_status
 from kassette.errors import (
     InvalidArgumentError,
     JournalCorruptionError,
@@ -135,26 +135,29 @@ def _listed_runs(storage: Storage) -> list[RunNode]:
     runs: dict[str, RunNode] = {}
     created: dict[str, float | None] = {}  # POSIX seconds
     for run_id in storage.list_runs():
-        try:
-            journal = read_journal(storage, run_id)
-        except RunNotFoundError:
+        snapshot = storage.read(run_id)
+        if snapshot is None:
             continue  # deleted between listing and reading
+        try:
+            status = Journal.status_of(snapshot.data, run_id)
         except JournalCorruptionError:
             runs[run_id], created[run_id] = RunNode.of(run_id, CORRUPT, None, 0), None
             continue
-        status = journal.status()
-        edited = _edits_fork_point(journal)
+        edited = status.source is not None and _edits_fork_point(snapshot.data, run_id)
         runs[run_id] = RunNode.of(run_id, status.status, status.source, status.steps, edited=edited)
         created[run_id] = _seconds(status.created_at)
     order = creation_order(created, {run_id: run.parent_run_id for run_id, run in runs.items()})
     return [runs[run_id] for run_id in order]
 
 
-def _edits_fork_point(journal: Journal) -> bool:
-    """Whether the run is a fork that recorded its fork point with a given result: the
-    entries a fork writes after its own `start` are marked `edited`."""
+def _edits_fork_point(data: bytes, run_id: str) -> bool:
+    """Whether a fork recorded its fork point with a given result: the entries it writes after
+    its own `start` are marked `edited` (only a journal that says so anywhere is parsed)."""
+    if b'"edited":true' not in data:
+        return False
+    journal = Journal.parse(data, run_id)
     created = journal.state.created_offset
-    if journal.state.source is None or created is None:
+    if created is None:
         return False
     return any(e.get("edited") is True for e in journal.entries[created + 1 : created + 3])
 
