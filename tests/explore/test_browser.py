@@ -489,7 +489,7 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     node(panel, "main").click()
     expect(target).to_contain_text("Fork will branch main at offset 1")
     panel.locator(".kassette-fork-explorer select").select_option(label="implement (offset 2)")
-    panel.locator(".kassette-fork-explorer input[type=text]").fill("rewrite")
+    panel.locator(".kassette-fork-explorer input[placeholder='(random id)']").fill("rewrite")
     expect(target).to_have_text(
         "Fork will branch main at offset 2 into rewrite: "
         "it keeps entries 0 to 1 and runs again from entry 2 (step implement)."
