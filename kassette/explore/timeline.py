@@ -3,8 +3,10 @@
 One row per run, one bar per step on a time axis: a step's entry is journaled when the step
 ends, so its bar runs from `timestamp - duration_ms` to `timestamp`. A suspend is drawn as a
 pale bar up to the resume that ends it (or to the run's last entry), so waiting for a human
-shows as a gap in the work. Bars are coloured by step name; a tooltip gives the run, the step
-id, its name and its duration.
+shows as a gap in the work. A step also gets a tick 2 px wide where it ended (a wait, where it
+began): a bar is as long as the step took, and a step of microseconds in a run of minutes
+would otherwise be far below a pixel wide, drawing nothing. Bars are coloured by step name;
+a tooltip gives the run, the step id, its name and its duration.
 
 `timeline` returns a `Timeline`: `.chart` is the `altair.Chart`; in a notebook it shows as a
 Vega-Lite v5 spec (`application/vnd.vegalite.v5+json`), which JupyterLab and VS Code draw with
@@ -70,25 +72,35 @@ def timeline(
         alt.Tooltip("end:T", title="to", format="%Y-%m-%d %H:%M:%S.%L"),
     ]
     y = alt.Y("run_id:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
-    x = alt.X("start:T", title="time (UTC)", axis=alt.Axis(format="%H:%M:%S"))
+    scale = alt.Scale(padding=6)  # px: a tick at either end of the time axis shows whole
+    x = alt.X("start:T", title="time (UTC)", axis=alt.Axis(format="%H:%M:%S"), scale=scale)
+    color = alt.Color("name:N", title="step", legend=alt.Legend(symbolLimit=30))
+    kind = {"step": alt.datum.kind == "step", "wait": alt.datum.kind == "suspended"}
     steps = (
         base.mark_bar(size=max(2, band - 4))
-        .encode(
-            x=x,
-            x2="end:T",
-            y=y,
-            color=alt.Color("name:N", title="step", legend=alt.Legend(symbolLimit=30)),
-            tooltip=tooltip,
-        )
-        .transform_filter(alt.datum.kind == "step")
+        .encode(x=x, x2="end:T", y=y, color=color, tooltip=tooltip)
+        .transform_filter(kind["step"])
+    )
+    # A bar is as long as its step took: a step of microseconds in a run of minutes is far
+    # below a pixel wide. So each step also gets a tick 2 px wide where it ended, and each
+    # wait one where it began, visible at any zoom (a bar never drawn wider than it was).
+    ends = (
+        base.mark_tick(thickness=2, size=max(2, band - 4), opacity=1)
+        .encode(x=alt.X("end:T", scale=scale), y=y, color=color, tooltip=tooltip)
+        .transform_filter(kind["step"])
     )
     waits = (
         base.mark_bar(size=max(1, band // 3), color="#bbbbbb", opacity=0.7)
         .encode(x=x, x2="end:T", y=y, tooltip=tooltip)
-        .transform_filter(alt.datum.kind == "suspended")
+        .transform_filter(kind["wait"])
+    )
+    begins = (
+        base.mark_tick(thickness=2, size=max(1, band // 3), color="#999999", opacity=1)
+        .encode(x=alt.X("start:T", scale=scale), y=y, tooltip=tooltip)
+        .transform_filter(kind["wait"])
     )
     chart = (
-        alt.layer(waits, steps)
+        alt.layer(waits, begins, steps, ends)
         .properties(width=width, height=alt.Step(band), title="steps over time")
         .interactive(bind_y=False)
     )

@@ -289,6 +289,52 @@ journals""".replace("RUNS", str(MANY_RUNS)),
     nbformat.write(notebook, path)
 
 
+TIMELINE_NOTEBOOK = "timeline.ipynb"
+TIMELINE_RUNS = 500
+
+
+def timeline_notebook(path: Path) -> None:
+    """A notebook with 500 runs whose steps take from 50 us to 1.5 s, with a wait for a
+    review in each, charted by kx.timeline twice: as shown (canvas), and through the same
+    renderer told to draw SVG (embed_options), whose marks a test can count and measure."""
+    cells = [
+        """\
+from IPython.display import display
+
+from kassette import MemoryStorage
+from kassette import explore as kx
+from kassette.journal import encode, format_timestamp
+
+storage = MemoryStorage()
+for run in range(RUNS):
+    lines, now = [], 1.767e9 + run % 50 * 2
+
+    def add(kind, seconds=0.0, **fields):
+        global now
+        now += seconds
+        lines.append({"type": kind, "session": 1, "offset": len(lines),
+                      "timestamp": format_timestamp(now), **fields})
+
+    add("start", metadata={"run": run})
+    add("step", 0.5, stepId="plan", name="plan", result=1, durationMs=0.05)
+    add("step", 1.5, stepId="draft", name="draft", result=2, durationMs=1500.0)
+    add("suspend", 0.1, eventId="review", event="review")
+    add("resume", 20.0, eventId="review", event="review", value=True)
+    add("step", 0.5, stepId="ship", name="ship", result=3, durationMs=0.05)
+    add("complete", 0.1, result=run)
+    storage.append(f"run-{run:03d}", b"".join(encode(line) for line in lines), token=None)
+chart = kx.timeline(kx.load(storage))
+chart""".replace("RUNS", str(TIMELINE_RUNS)),
+        """\
+MIME = "application/vnd.vegalite.v5+json"
+svg = {MIME: {"embed_options": {"renderer": "svg"}}}
+display({MIME: chart.to_dict()}, raw=True, metadata=svg)""",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(notebook, path)
+
+
 def wait_for_server(process: subprocess.Popen[bytes], runtime: Path, log: Path) -> str:
     """The URL JupyterLab serves at, from the file it writes once it listens."""
     deadline = time.monotonic() + START_TIMEOUT
@@ -349,6 +395,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         shutil.copy(notebook, work / notebook.name)
     fork_notebook(work / FORK_NOTEBOOK)
     many_notebook(work / MANY_NOTEBOOK)
+    timeline_notebook(work / TIMELINE_NOTEBOOK)
     (work / "saved").mkdir()
     for name in SAVED:
         shutil.copy(work / name, work / "saved" / name)
@@ -561,3 +608,44 @@ def test_a_run_tree_of_10000_runs_draws_in_one_model(lab: Lab, tmp_path: Path) -
     big.screenshot(path=tmp_path / "tree-10000-runs-filtered.png")
     print(f"screenshots: {tmp_path}")
     no_widget_errors(lab, MANY_NOTEBOOK, panel)
+
+
+# Marks of a Vega SVG chart drawn at least a pixel wide, by fill colour.
+INKED = """svg => {
+    const fills = {};
+    for (const path of svg.querySelectorAll('g.mark-rect path')) {
+        const box = path.getBBox();
+        if (box.width < 1 || box.height < 1) continue;
+        const fill = path.getAttribute('fill') || '';
+        fills[fill] = (fills[fill] || 0) + 1;
+    }
+    return fills;
+}"""
+
+
+def test_a_timeline_of_500_runs_draws_its_bars(lab: Lab, tmp_path: Path) -> None:
+    """kx.timeline draws, with JupyterLab's own Vega-Lite renderer, a visible mark for every
+    step (steps of 50 us included) and every wait of 500 runs, and a tooltip naming the step."""
+    panel = lab.run(TIMELINE_NOTEBOOK)
+    no_widget_errors(lab, TIMELINE_NOTEBOOK, panel)
+    expect(panel.locator(".vega-embed canvas")).to_have_count(1, timeout=WAIT)
+    svg = panel.locator(".vega-embed svg.marks")
+    expect(svg).to_have_count(1, timeout=WAIT)
+    fills = svg.evaluate(INKED)
+    waits = fills.pop("#999999", 0)  # where each wait began (its pale bar may be thinner)
+    fills.pop("#bbbbbb", None)
+    assert waits >= TIMELINE_RUNS, fills
+    assert len(fills) == 3, fills  # one colour per step name: plan, draft, ship
+    assert all(count >= TIMELINE_RUNS for count in fills.values()), fills
+    path = svg.locator("g.mark-rect path").last
+    path.scroll_into_view_if_needed()
+    box = path.bounding_box()
+    assert box is not None
+    lab.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    tooltip = lab.page.locator("#vg-tooltip-element")
+    expect(tooltip).to_contain_text("step id", timeout=WAIT)
+    expect(tooltip).to_contain_text("seconds")
+    lab.page.mouse.move(0, 0)
+    for number, chart in enumerate(panel.locator(".vega-embed").all()):
+        chart.screenshot(path=tmp_path / f"timeline-{number}.png")
+    print(f"screenshots: {tmp_path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import altair as alt
@@ -150,6 +151,31 @@ def test_timeline_draws_steps_and_waits(storage: MemoryStorage) -> None:
     assert len(values(spec)) == 6 and "text/plain" in bundle
     with pytest.raises(RunNotFoundError):
         kx.timeline(journals, ["typo"])
+
+
+def test_timeline_marks_encode_fields_the_data_has(storage: MemoryStorage) -> None:
+    """Every bar spans x..x2 on one run's row, on fields each record holds as ISO text; each
+    step also has a tick where it ended, so a step far shorter than a pixel still shows."""
+    spec = kx.timeline(kx.load(storage)).to_dict()
+    records = values(spec)
+    layers = {
+        (layer["mark"]["type"], layer["transform"][0]["filter"]): layer for layer in spec["layer"]
+    }
+    assert sorted(mark for mark, _ in layers) == ["bar", "bar", "tick", "tick"]
+    for (mark, rule), layer in layers.items():
+        kind = "step" if "'step'" in rule else "suspended"
+        encoding = layer["encoding"]
+        fields = ["x", "y"] + (["x2"] if mark == "bar" else [])
+        assert encoding["x"]["type"] == "temporal" and encoding["y"]["type"] == "nominal"
+        mine = [record for record in records if record["kind"] == kind]
+        assert mine, kind
+        for channel in fields:
+            field = encoding[channel]["field"]
+            assert all(isinstance(record[field], str) and record[field] for record in mine)
+        for record in mine:
+            assert datetime.fromisoformat(record["start"]) <= datetime.fromisoformat(record["end"])
+    tick = layers["tick", "(datum.kind === 'step')"]
+    assert tick["encoding"]["x"]["field"] == "end" and tick["mark"]["thickness"] >= 2
 
 
 def test_timeline_of_500_runs_keeps_the_global_row_limit() -> None:
