@@ -5,7 +5,8 @@ Usage: `python group_worker.py DIR ACKS KILL`. Every acknowledged step id is app
 file ACKS (O_APPEND, fsynced) right after its `ctx.step` returns. KILL is `none`, or `N:PHASE`:
 SIGKILL this process at the N-th journal write that carries more than one entry (a group
 commit), PHASE `written` (written, not fsynced) or `synced` (fsynced, before any of its steps
-returns). Prints `{"status": ...}` when the run ends.
+returns). Re-invokes only a run that has not ended, as a dispatcher would; prints
+`{"status": ...}` when the run ends.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import sys
 from typing import Any
 
-from kassette import LocalStorage, kassette
+from kassette import LocalStorage, RunNotFoundError, kassette
 
 _write, _fsync = os.write, os.fsync
 
@@ -56,8 +57,14 @@ def main(directory: str, acks: str, kill: str) -> None:
 
         return str(ctx.parallel({f"b{n}": lambda c, n=n: branch(c, f"b{n}") for n in range(8)}))
 
-    result = kassette(workflow, storage=LocalStorage(directory)).start(run_id="group")
-    print(json.dumps({"status": result.status}), flush=True)
+    durable = kassette(workflow, storage=LocalStorage(directory))
+    try:
+        status = durable.status("group").status
+    except RunNotFoundError:
+        status = "new"
+    if status in ("new", "running"):  # a timed kill may land after the run ended: a dispatcher
+        status = durable.start(run_id="group").status  # re-invokes only an unfinished run
+    print(json.dumps({"status": status}), flush=True)
 
 
 if __name__ == "__main__":
