@@ -12,20 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from kassette.koto import evidence
-from kassette.koto.errors import KotoError
-from kassette.koto.session import SessionView, append, load, open_session
+from kassette.koto.session import append, load, open_session
 from kassette.koto.store import Sessions
 
 __all__ = ["listed", "record"]
-
-
-def _check(view: SessionView) -> None:
-    if view.cancelled:
-        raise KotoError("terminal_state", f"session {view.name!r} was cancelled")
-    if view.is_terminal:
-        raise KotoError(
-            "terminal_state", f"session {view.name!r} is at terminal state {view.current!r}"
-        )
 
 
 def record(store: Sessions, name: str, data: str) -> dict[str, Any]:
@@ -33,10 +23,10 @@ def record(store: Sessions, name: str, data: str) -> dict[str, Any]:
     payload = evidence.parse(data)
     evidence.refuse_reserved(payload)
     decision = evidence.decision(payload)
-    _check(load(store, name))
+    load(store, name).refuse_if_ended()
     with open_session(store, name) as run:
         view = load(store, name, run.journal)
-        _check(view)
+        view.refuse_if_ended()
         view.fold(append(run, "decision_recorded", state=view.current, decision=decision))
     return {"state": view.current, "decisions_recorded": len(view.decisions)}
 

@@ -146,12 +146,7 @@ def check_anchor(name: str, anchor: str, here: str) -> None:
 
 
 def _check_request(view: SessionView, evidence: dict[str, Any] | None, to: str | None) -> None:
-    if view.cancelled:
-        raise KotoError("terminal_state", f"session {view.name!r} was cancelled")
-    if view.is_terminal and (evidence is not None or to is not None):
-        raise KotoError(
-            "terminal_state", f"session {view.name!r} is at terminal state {view.current!r}"
-        )
+    view.refuse_if_ended(at_terminal=evidence is not None or to is not None)
     if to is not None:
         targets = [t["target"] for t in view.state.get("transitions", [])]
         if to not in targets:

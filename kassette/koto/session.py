@@ -97,6 +97,16 @@ class SessionView:
     def is_terminal(self) -> bool:
         return bool(self.state.get("terminal"))
 
+    def refuse_if_ended(self, *, at_terminal: bool = True) -> None:
+        """`terminal_state` if the session was cancelled or (`at_terminal`) sits at a terminal
+        state: the one check every verb that writes makes before and under the lock."""
+        if self.cancelled:
+            raise KotoError("terminal_state", f"session {self.name!r} was cancelled")
+        if at_terminal and self.is_terminal:
+            raise KotoError(
+                "terminal_state", f"session {self.name!r} is at terminal state {self.current!r}"
+            )
+
     def fold(self, entry: dict[str, Any]) -> None:
         kind = entry["type"]
         if kind in STATE_CHANGES:
@@ -344,8 +354,7 @@ def rewind(store: Sessions, name: str) -> dict[str, Any]:
     """Go back one arrival: append `rewound`; earlier evidence stays in the journal."""
 
     def check(view: SessionView) -> None:
-        if view.cancelled:
-            raise KotoError("terminal_state", f"session {name!r} was cancelled")
+        view.refuse_if_ended(at_terminal=False)
         if len(view.arrivals) < 2:
             raise KotoError(
                 "at_initial_state",
@@ -363,19 +372,10 @@ def rewind(store: Sessions, name: str) -> dict[str, Any]:
 
 def cancel(store: Sessions, name: str, *, cleanup: bool = False) -> dict[str, Any]:
     """End the session (kassette's `cancel` entry); `cleanup` also deletes it."""
-
-    def check(view: SessionView) -> None:
-        if view.cancelled:
-            raise KotoError("terminal_state", f"session {name!r} is already cancelled")
-        if view.is_terminal:
-            raise KotoError(
-                "terminal_state", f"session {name!r} is at terminal state {view.current!r}"
-            )
-
-    check(load(store, validate_name(name)))
+    load(store, validate_name(name)).refuse_if_ended()
     with open_session(store, name) as run:
         view = load(store, name, run.journal)
-        check(view)
+        view.refuse_if_ended()
         try:
             run.cancel(_CANCEL_REASON)
         except KassetteError as exc:
