@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -427,8 +429,30 @@ class Run:
                 self._next_offset += 1
                 if kind in TERMINAL_TYPES:
                     self._ending = kind
-        self._flush(queued)
+        deferred = _DEFERRED.get()
+        if deferred is not None and deferred[0] is self:
+            deferred[1].append(queued)  # the caller writes it (`_write`) before reporting it
+        else:
+            self._flush(queued)
         return entry
+
+    @contextmanager
+    def _deferring(self) -> Iterator[list[_Queued]]:
+        """Appends made in this block (by this thread or task) are numbered and queued as usual
+        but not written: the caller passes the list to `_write`, in any thread, and reports
+        nothing before it returns. How an async workflow numbers entries on its event loop, in
+        the order the loop makes them, and writes them from a worker thread."""
+        pending: list[_Queued] = []
+        reset = _DEFERRED.set((self, pending))
+        try:
+            yield pending
+        finally:
+            _DEFERRED.reset(reset)
+
+    def _write(self, pending: Sequence[_Queued]) -> None:
+        """Return once every entry in `pending` is written (a group commit, see `_flush`)."""
+        for queued in pending:
+            self._flush(queued)
 
     def _flush(self, queued: _Queued) -> None:
         """Wait until `queued` is written, writing the queue when no other thread is."""
@@ -480,6 +504,12 @@ class _Queued:
         self.entry, self.line = entry, line
         self.done = False
         self.error: BaseException | None = None
+
+
+# set by `Run._deferring`: the run whose appends in this thread or task are queued, not written
+_DEFERRED: ContextVar[tuple[Run, list[_Queued]] | None] = ContextVar(
+    "kassette_deferred", default=None
+)
 
 
 def open_run(

@@ -5,7 +5,8 @@ the function from the top. `ctx.step`, `ctx.suspend`, `ctx.parallel` and `ctx.sl
 from the journal while it has their ids and run live after that, so a re-invoked run continues
 at its first unfinished step. A `def` workflow gets a `Workflow` and a blocking `Context`; an
 `async def` one gets an `AsyncWorkflow` and an awaitable `AsyncContext`. Both share one engine:
-only the calling of user code differs.
+only the calling of user code differs, and an async workflow's storage I/O runs in a worker
+thread of its invocation, so the event loop never waits on a write.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
@@ -43,6 +44,9 @@ from kassette.fork import NO_RESULT
 from kassette.retry import NO_RETRY, Retry
 from kassette.state import ErrorInfo, RunStatus, html_table
 from kassette.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 __all__ = ["AsyncContext", "AsyncWorkflow", "Context", "RunResult", "Workflow", "kassette"]
 
@@ -110,6 +114,23 @@ def _live_step(step: Step, retry: Retry | None) -> Generator[float, Outcome, Any
         if isinstance(value, KassetteError) or attempt == len(waits):
             raise value
     raise AssertionError("unreachable")
+
+
+def _send(attempts: Generator[float, Outcome, Any], outcome: Outcome) -> tuple[bool, Any]:
+    """Tell `_live_step` how an attempt ended: (False, seconds before the next attempt) or
+    (True, the journaled result). Its errors propagate."""
+    try:
+        return False, attempts.send(outcome)
+    except StopIteration as recorded:
+        return True, recorded.value
+
+
+async def _off_loop(io: Executor | None, call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)` in `io`'s thread (None: the loop's default executor), awaited. A caller
+    that is cancelled stops waiting; the call still runs (a write half done is finished)."""
+    import asyncio  # already imported: a loop is running
+
+    return await asyncio.shield(asyncio.get_running_loop().run_in_executor(io, call, *args))
 
 
 def _run_coroutine(awaitable: Awaitable[T]) -> T:
@@ -282,7 +303,32 @@ class Context(_ContextBase):
 
 
 class AsyncContext(_ContextBase):
-    """The handle an `async def` workflow gets: the same calls, awaited."""
+    """The handle an `async def` workflow gets: the same calls, awaited.
+
+    Journal decisions (step ids, offsets, replay checks) are made on the event loop, in the
+    order its tasks make the calls; the writes run in `io`, the invocation's worker thread.
+    Tasks whose writes queue up while one is in flight share the next (a group commit).
+    """
+
+    def __init__(self, run: Run, ids: StepIds, io: Executor | None = None) -> None:
+        super().__init__(run, ids)
+        self._io = io
+
+    async def _written(self, call: Callable[..., T], *args: Any) -> T:
+        """`call(*args)` on the loop, the entries it appends written in the worker thread;
+        returns (or raises) once they are durable."""
+        with self._run._deferring() as pending:
+            try:
+                value = call(*args)
+            except BaseException as exc:  # raised once its entries are written (or fail)
+                failure: BaseException | None = exc
+            else:
+                failure = None
+        if pending:
+            await _off_loop(self._io, self._run._write, pending)
+        if failure is not None:
+            raise failure
+        return value
 
     async def step(
         self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None
@@ -300,30 +346,30 @@ class AsyncContext(_ContextBase):
                 outcome: Outcome = (True, await value if inspect.isawaitable(value) else value)
             except Exception as exc:
                 outcome = (False, exc)
-            try:
-                wait = attempts.send(outcome)
-            except StopIteration as recorded:
-                return recorded.value  # type: ignore[no-any-return]
+            recorded, answer = await self._written(_send, attempts, outcome)
+            if recorded:
+                return answer  # type: ignore[no-any-return]
+            wait = answer
 
     async def suspend(
         self, event: str, *, timeout: float | None = None, reason: str | None = None
     ) -> Any:
         """Wait for `event`: ends this invocation as suspended; returns the value on resume."""
-        return self._suspend(event, timeout, reason)
+        return await self._written(self._suspend, event, timeout, reason)
 
     async def sleep(self, seconds: float) -> None:
         """Wait durably: after a crash, a replay waits only for what is left."""
-        await self._run.clock.sleep_async(self._sleep_seconds(seconds))
+        await self._run.clock.sleep_async(await self._written(self._sleep_seconds, seconds))
 
     async def parallel(
         self, branches: Mapping[str, Callable[[AsyncContext], Any]], *, name: str = "parallel"
     ) -> dict[str, Any]:
         """Run branches as tasks, each with its own context; return their results by name."""
-        scoped = self._branches(branches, name)
+        scoped = await self._written(self._branches, branches, name)
 
         async def run_branch(fn: Callable[[AsyncContext], Any], ids: StepIds) -> tuple[bool, Any]:
             try:
-                value = fn(AsyncContext(self._run, ids))
+                value = fn(AsyncContext(self._run, ids, self._io))
                 return True, await value if inspect.isawaitable(value) else value
             except BaseException as exc:  # collected, re-raised by _gather
                 return False, exc
@@ -521,15 +567,29 @@ class Workflow(_Engine[I, R]):
 
 
 class AsyncWorkflow(_Engine[I, R]):
-    """A durable `async def` workflow: the same methods as `Workflow`, awaitable."""
+    """A durable `async def` workflow: the same methods as `Workflow`, awaitable.
 
-    async def _invoke(self, run: Run) -> RunResult:
-        with run:
+    Every storage call (opening the session, appends and their read-backs, the outcome,
+    releasing the lock) runs in a worker thread of the invocation, one at a time in the order
+    the loop asks, so the event loop keeps running other tasks while a write is in flight.
+    """
+
+    async def _invoke(self, open_session: Callable[..., Run], *args: Any) -> RunResult:
+        from concurrent.futures import ThreadPoolExecutor  # async invocations only
+
+        io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kassette-io")
+        try:
+            run = await _off_loop(io, open_session, *args)
             try:
-                value = await self.fn(AsyncContext(run, run.ids), run.metadata)
-            except BaseException as exc:  # _settle journals or re-raises
-                return self._settle(run, exc=exc)
-            return self._settle(run, value)
+                try:
+                    value = await self.fn(AsyncContext(run, run.ids, io), run.metadata)
+                except BaseException as exc:  # _settle journals or re-raises
+                    return await _off_loop(io, self._settle, run, None, exc)
+                return await _off_loop(io, self._settle, run, value)
+            finally:  # after every write: the worker runs calls in order
+                await _off_loop(io, run.close)
+        finally:
+            io.shutdown(wait=False)
 
     async def start(
         self,
@@ -542,11 +602,11 @@ class AsyncWorkflow(_Engine[I, R]):
 
         `params` (a JSON object, `ctx.params`) is recorded with the run; on a retry, None means
         "as recorded" and anything else must equal it (else `MetadataMismatchError`)."""
-        return await self._invoke(self._open_start(input, run_id, params))
+        return await self._invoke(self._open_start, input, run_id, params)
 
     async def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
         """Deliver `value` for a pending `event` (name or id) and continue the run."""
-        return await self._invoke(self._open_resume(run_id, event, value))
+        return await self._invoke(self._open_resume, run_id, event, value)
 
     async def fork(
         self,
@@ -564,13 +624,13 @@ class AsyncWorkflow(_Engine[I, R]):
         fork point with this result instead of running it (a step's result, or a suspend's
         delivered value), marked `"edited": true`. Forking into an existing run id retries
         that same fork, else raises `RunExistsError`."""
-        return await self._invoke(self._open_fork(run_id, offset, step, new_run_id, params, result))
+        return await self._invoke(self._open_fork, run_id, offset, step, new_run_id, params, result)
 
     async def status(self, run_id: str) -> RunStatus:
-        return run_status(self.storage, run_id)
+        return await _off_loop(None, run_status, self.storage, run_id)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> RunStatus:
-        return cancel_run(self.storage, run_id, reason)
+        return await _off_loop(None, cancel_run, self.storage, run_id, reason)
 
 
 @overload
