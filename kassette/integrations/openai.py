@@ -20,7 +20,7 @@ Every other attribute of the client passes through unjournaled.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
 try:
@@ -95,6 +95,7 @@ class _Call:
     def __init__(self, recorder: _Recorder, method: str, stream: bool) -> None:
         self.method = method
         self.stream = stream
+        self.ctx = recorder.ctx
         self.step = recorder.ctx.begin_step(recorder.name or method)
 
     def replayed(self) -> Any:
@@ -124,6 +125,18 @@ class _Call:
 
     def record_stream(self, chunks: list[Any]) -> None:
         self.record({"stream": [chunk.to_dict(mode="json") for chunk in chunks]})
+
+    async def written(self, record: Callable[[Any], Any], value: Any) -> Any:
+        """`record(value)`, its append written off the event loop in an async workflow."""
+        if isinstance(self.ctx, AsyncContext):
+            return await self.ctx._written(record, value)
+        return record(value)
+
+    async def record_response_async(self, response: Any) -> Any:
+        return await self.written(self.record_response, response)
+
+    async def record_stream_async(self, chunks: list[Any]) -> None:
+        await self.written(self.record_stream, chunks)
 
 
 def _shape(stream: bool) -> str:
@@ -206,8 +219,8 @@ class _Create(_Passthrough):
             return _AsyncReplayedStream(replayed) if call.stream else replayed
         response = await self._wrapped.create(**kwargs)
         if call.stream:
-            return _AsyncLiveStream(response, call.record_stream)
-        return call.record_response(response)
+            return _AsyncLiveStream(response, call.record_stream_async)
+        return await call.record_response_async(response)
 
 
 # -- streams: the SDK's stream types, live (relaying and recording) or replayed -------------
@@ -258,7 +271,9 @@ class _ReplayedStream(Stream[Chunk], Generic[Chunk]):
 class _AsyncLiveStream(AsyncStream[Chunk], Generic[Chunk]):
     """`_LiveStream` for `AsyncOpenAI`."""
 
-    def __init__(self, stream: AsyncStream[Chunk], finish: Callable[[list[Chunk]], None]) -> None:
+    def __init__(
+        self, stream: AsyncStream[Chunk], finish: Callable[[list[Chunk]], Awaitable[None]]
+    ) -> None:
         self._stream = stream
         self.response = stream.response
         self._finish = finish
@@ -269,7 +284,7 @@ class _AsyncLiveStream(AsyncStream[Chunk], Generic[Chunk]):
         async for chunk in self._stream:
             chunks.append(chunk)
             yield chunk
-        self._finish(chunks)
+        await self._finish(chunks)
 
     async def __anext__(self) -> Chunk:
         return await self._iterator.__anext__()

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +150,20 @@ def test_responses_api_with_and_without_stream(server: FakeOpenAI, client: OpenA
     assert [s["stepId"] for s in steps(storage, "x")] == ["responses.create", "responses.create#2"]
 
 
+class _Threads(MemoryStorage):
+    """Records the thread of every append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.appends: list[int] = []
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        self.appends.append(threading.get_ident())
+        return super().append(run_id, data, token=token)
+
+
 def test_async_client_in_an_async_workflow(server: FakeOpenAI, async_client: AsyncOpenAI) -> None:
-    storage = MemoryStorage()
+    storage = _Threads()
     crash = [True]
     texts: list[tuple[str, str, str]] = []
 
@@ -167,15 +180,17 @@ def test_async_client_in_an_async_workflow(server: FakeOpenAI, async_client: Asy
             raise Crash
         return streamed
 
-    async def main() -> None:
+    async def main() -> int:
         with pytest.raises(Crash):
             await agent.start("t", run_id="a1")
         crash[0] = False
         assert (await agent.start("t", run_id="a1")).status == "success"
         await async_client.close()
+        return threading.get_ident()
 
-    asyncio.run(main())
+    loop_thread = asyncio.run(main())
     assert server.total == 3
+    assert storage.appends and loop_thread not in storage.appends  # written off the loop
     assert texts[0] == texts[1] == ("reply 1: hello", "reply 2: hello", "reply 3: go")
 
 
