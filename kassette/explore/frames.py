@@ -106,13 +106,14 @@ class Journals:
         """Write `directory/entries/` and `directory/runs/`, two Parquet datasets.
 
         Read them back with `pandas.read_parquet(directory / "entries")` or
-        `pyarrow.dataset.dataset(...)`. With `partition_by` (entry columns) the entries are a
-        hive-partitioned dataset; `partition_by_run` is `partition_by=["run_id"]`
-        (`entries/run_id=ID/`), so a reader can skip whole runs.
+        `pyarrow.dataset.dataset(...)`. With `partition_by` (entry columns, or `run_bucket`,
+        `run_date`, `status` as `kx.export` takes them) the entries are a hive-partitioned
+        dataset; `partition_by_run` is `partition_by=["run_id"]` (`entries/run_id=ID/`), so a
+        reader can skip whole runs.
         """
         columns = ["run_id"] if partition_by_run and partition_by is None else partition_by
         sink = ParquetSink(Path(directory), partition_by=check_partition_by(columns))
-        sink.write(self._tables["entries"])
+        sink.write(self._tables["entries"], self._tables["runs"])
         sink.close(self._tables["runs"])
         return Path(directory)
 

@@ -230,9 +230,110 @@ def test_partitioned_export_reads_back_with_duckdb_and_pyarrow(
     assert by_type["runs"] == len(RUNS)
 
 
+def entry_rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """The rows of an entries table in ENTRY_SCHEMA's columns, by run and offset."""
+    columns = table.select(kx.ENTRY_SCHEMA.names).to_pylist()
+    rows = [tuple(row[name] for name in kx.ENTRY_SCHEMA.names) for row in columns]
+    return sorted(rows, key=lambda row: (row[0], row[1]))
+
+
+def md5_bucket(run_id: str) -> int:
+    import hashlib
+
+    return hashlib.md5(run_id.encode()).digest()[0]
+
+
+@pytest.mark.parametrize("column", ["run_id", "run_bucket", "run_date", "status", "type"])
+def test_every_partitioning_reads_back_the_single_files_rows(
+    scenario: Scenario, tmp_path: Path, column: str
+) -> None:
+    import duckdb
+
+    kx.export(scenario.storage, tmp_path / "one")
+    single = entry_rows(pq.read_table(tmp_path / "one" / "entries"))
+    summary = kx.export(scenario.storage, tmp_path / "hive", partition_by=column)
+    entries = tmp_path / "hive" / "entries"
+    assert summary["entries"] == len(single) and summary["runs"] == len(RUNS)
+    # pyarrow.dataset (any hive reader) gives back the single file's rows, partition column
+    # included; DuckDB too, with the partition column as a column it can filter on
+    dataset = pa_dataset.dataset(entries, format="parquet", partitioning="hive")
+    assert entry_rows(dataset.to_table()) == single
+    pattern = str(entries / "**" / "*.parquet")
+    names = ", ".join(f'"{name}"' for name in kx.ENTRY_SCHEMA.names)
+    read = duckdb.sql(
+        f"select {names} from read_parquet('{pattern}', hive_partitioning=true)"
+    ).arrow()
+    assert entry_rows(read.read_all().cast(kx.ENTRY_SCHEMA)) == single
+    runs = kx.load(scenario.storage).runs
+    values = {path.name.partition("=")[2] for path in entries.iterdir()}
+    assert all(path.name.startswith(f"{column}=") for path in entries.iterdir())
+    if column == "run_bucket":
+        assert values == {str(md5_bucket(run_id)) for run_id in RUNS}
+        # a reader without kassette finds a run's bucket with md5 alone
+        found = duckdb.sql(
+            f"select distinct run_id from read_parquet('{pattern}', hive_partitioning=true) "
+            "where run_bucket = ('0x' || left(md5('suspended'), 2))::INTEGER"
+        ).fetchall()
+        assert ("suspended",) in found
+    elif column == "run_date":
+        assert values == set(runs["started_at"].dt.strftime("%Y-%m-%d"))
+    elif column == "status":
+        assert values == set(runs["status"])
+
+
+def test_partitioned_export_of_a_store_larger_than_a_batch_writes_a_file_per_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches stream into one write: a bucket that many batches feed is still one file."""
+    import kassette.explore._read as read
+
+    storage = LocalStorage(tmp_path / "store")
+    scenario_storage = populate_runs(storage, 60)
+    monkeypatch.setattr(read, "BATCH_BYTES", 2000)  # a few runs per batch
+    summary = kx.export(scenario_storage, tmp_path / "hive", partition_by="run_bucket")
+    buckets = list((tmp_path / "hive" / "entries").iterdir())
+    assert len(buckets) == len({md5_bucket(f"r{n:03d}") for n in range(60)})
+    assert all(len(list(bucket.iterdir())) == 1 for bucket in buckets)
+    assert summary["runs"] == 60
+    dataset = pa_dataset.dataset(tmp_path / "hive" / "entries", partitioning="hive")
+    assert dataset.count_rows() == summary["entries"]
+
+
+def populate_runs(storage: LocalStorage, runs: int) -> LocalStorage:
+    """`runs` completed runs r000, r001, ... of a start, two steps and a complete each."""
+    for number in range(runs):
+        lines = [
+            {"type": "start", "session": 1, "offset": 0, "metadata": {}},
+            {"type": "step", "session": 1, "offset": 1, "stepId": "a", "name": "a", "result": 1},
+            {"type": "step", "session": 1, "offset": 2, "stepId": "b", "name": "b", "result": 2},
+            {"type": "complete", "session": 1, "offset": 3, "result": number},
+        ]
+        data = b"".join(
+            encode({**line, "timestamp": format_timestamp(1_767_225_600.0 + number)})
+            for line in lines
+        )
+        storage.append(f"r{number:03d}", data, token=None)
+    return storage
+
+
+def test_partitioned_export_shows_progress_with_files_written(
+    scenario: Scenario, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kx.export(scenario.storage, tmp_path / "hive", partition_by="run_id", progress=True)
+    drawn = capsys.readouterr().err
+    assert f"{len(RUNS)}/{len(RUNS)} runs, {len(RUNS)} files written" in drawn
+    assert drawn.endswith("\n")
+
+
 def test_partition_by_is_checked_before_writing(scenario: Scenario, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="partition_by takes entry columns"):
         kx.export(scenario.storage, tmp_path / "a", partition_by=["value"])
+    with pytest.raises(
+        InvalidArgumentError, match=r"run_bucket, run_date, status\), not 'started'"
+    ):
+        kx.export(scenario.storage, tmp_path / "d", partition_by=["run_id", "started"])
+    with pytest.raises(InvalidArgumentError, match="not 'bucket'"):
+        kx.load(scenario.storage).to_parquet(tmp_path / "e", partition_by="bucket")
     with pytest.raises(InvalidArgumentError, match="format='parquet'"):
         kx.export(scenario.storage, tmp_path / "b", format="csv", partition_by="run_id")
     with pytest.raises(InvalidArgumentError, match="at least one"):
