@@ -63,7 +63,9 @@ class Journals:
     @property
     def runs(self) -> pd.DataFrame:
         """One row per run: `run_id, status, version, parent_run_id, fork_offset, sessions,
-        steps, started_at, ended_at, duration_s, pending_events, error`."""
+        steps, started_at, ended_at, duration_s, pending_events, error, params, input, result,
+        llm_calls, input_tokens, output_tokens`, in pandas' nullable dtypes (`string`, `Int64`,
+        `Float64`, Arrow timestamps): every missing value is `pd.NA` and prints `<NA>`."""
         return self._frame("runs")
 
     @property
@@ -150,8 +152,8 @@ class Journals:
     def _frame(self, table: Table) -> pd.DataFrame:
         frame = self._frames.get(table)
         if frame is None:
-            types = {pa.int64(): pd.Int64Dtype()} if table != "entries" else {}
-            frame = self.to_arrow(table).to_pandas(types_mapper=types.get)
+            mapper = _nullable if table != "entries" else None
+            frame = self.to_arrow(table).to_pandas(types_mapper=mapper)
             self._frames[table] = frame
         return frame
 
@@ -179,6 +181,23 @@ class Journals:
         for status in (*order, *sorted(set(found) - set(order))):
             if status in found:
                 yield status, found[status]
+
+
+def _nullable(arrow_type: pa.DataType) -> pd.api.extensions.ExtensionDtype | None:
+    """The pandas dtype whose missing value is `pd.NA`, for a column of the runs and llm_calls
+    frames: a missing cell prints `<NA>` whatever the column's type (not NaN, None or NaT)."""
+    if pa.types.is_timestamp(arrow_type):
+        return pd.ArrowDtype(arrow_type)  # numpy's datetime64 has only NaT
+    return _NULLABLE.get(arrow_type)
+
+
+_NULLABLE: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {
+    pa.int64(): pd.Int64Dtype(),
+    pa.float64(): pd.Float64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+    pa.string(): pd.StringDtype(na_value=pd.NA),
+    pa.large_string(): pd.StringDtype(na_value=pd.NA),
+}
 
 
 def load(

@@ -45,21 +45,21 @@ ENTRY_DTYPES = {
     "copied": "bool",
 }
 RUN_DTYPES = {
-    "run_id": "str",
-    "status": "str",
-    "version": "str",
-    "parent_run_id": "str",
+    "run_id": "string",
+    "status": "string",
+    "version": "string",
+    "parent_run_id": "string",
     "fork_offset": "Int64",
     "sessions": "Int64",
     "steps": "Int64",
-    "started_at": "datetime64[ms, UTC]",
-    "ended_at": "datetime64[ms, UTC]",
-    "duration_s": "float64",
+    "started_at": "timestamp[ms, tz=UTC][pyarrow]",
+    "ended_at": "timestamp[ms, tz=UTC][pyarrow]",
+    "duration_s": "Float64",
     "pending_events": "object",
-    "error": "str",
-    "params": "str",
-    "input": "str",
-    "result": "str",
+    "error": "string",
+    "params": "string",
+    "input": "string",
+    "result": "string",
     "llm_calls": "Int64",
     "input_tokens": "Int64",
     "output_tokens": "Int64",
@@ -216,6 +216,21 @@ def test_repr_and_html(scenario: Scenario) -> None:
     assert "\u2013" in cells  # an en dash: the one missing-value mark, whatever the column's type
     assert not {"NaN", "None", "<NA>", "NaT", "&lt;NA&gt;", ""} & set(cells)
     assert repr(kx.load(MemoryStorage())) == "<Journals: 0 runs, 0 entries>"
+
+
+def test_the_runs_frame_prints_every_missing_value_as_na(scenario: Scenario) -> None:
+    """Strings, numbers and times alike: `<NA>`, never NaN, None or NaT."""
+    runs = kx.load(scenario.storage).runs
+    suspended = runs.set_index("run_id").loc["suspended"]
+    for column in ("ended_at", "duration_s", "error", "parent_run_id", "fork_offset"):
+        assert suspended[column] is pd.NA, column
+    printed = runs.to_string()
+    assert "<NA>" in printed
+    assert not re.search(r"\b(NaN|None|NaT|nan)\b", printed)
+    page = runs.to_html()  # what Jupyter shows for a frame
+    assert "&lt;NA&gt;" in page and not re.search(r"\b(NaN|None|NaT|nan)\b", page)
+    calls = kx.load(scenario.storage).llm_calls
+    assert all(str(dtype) != "float64" for dtype in calls.dtypes)
 
 
 # -- selecting and reading ------------------------------------------------------------------
