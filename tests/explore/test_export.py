@@ -316,6 +316,18 @@ def populate_runs(storage: LocalStorage, runs: int) -> LocalStorage:
     return storage
 
 
+def test_to_parquet_partitions_by_a_run_column_too(scenario: Scenario, tmp_path: Path) -> None:
+    journals = kx.load(scenario.storage)
+    journals.to_parquet(tmp_path, partition_by=["status", "run_bucket"])
+    statuses = {path.name for path in (tmp_path / "entries").iterdir()}
+    assert statuses == {f"status={status}" for status in journals.runs["status"]}
+    dataset = pa_dataset.dataset(tmp_path / "entries", format="parquet", partitioning="hive")
+    table = dataset.to_table()
+    assert entry_rows(table) == entry_rows(journals.to_arrow())
+    buckets = {row["run_id"]: row["run_bucket"] for row in table.to_pylist()}
+    assert buckets == {run_id: md5_bucket(run_id) for run_id in RUNS}
+
+
 def test_partitioned_export_shows_progress_with_files_written(
     scenario: Scenario, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
