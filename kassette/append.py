@@ -6,27 +6,40 @@ retried request conflicting with its own first attempt), so a failure is settled
 the journal back: entries that are there count as written, and nothing is journaled twice.
 `commit` adds the session's rules on top: a newer session there means this one is fenced
 (`FencedError`, or `CancelledError` when that session canceled the run); otherwise it retries
-at the new token, backing off on the injected clock after I/O errors.
+at the new token, backing off on the injected clock after I/O errors. `GroupCommit` is how an
+open session appends: entries appended concurrently (parallel branches) are numbered as they
+come and written together, one `commit_all` (one write and fsync on `LocalStorage`) for all.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kassette.clock import Clock
-from kassette.codec import Entry, encode
+from kassette.codec import TERMINAL_TYPES, Entry, encode, encode_with, format_timestamp
 from kassette.errors import (
     CancelledError,
     ConflictError,
     FencedError,
     RunNotFoundError,
     StorageError,
+    TerminalRunError,
 )
 from kassette.journal import Journal
 from kassette.storage import Snapshot, Storage, validate_run_id
 
-__all__ = ["APPEND_ATTEMPTS", "READ_ATTEMPTS", "append", "commit", "commit_all", "read"]
+__all__ = [
+    "APPEND_ATTEMPTS",
+    "READ_ATTEMPTS",
+    "GroupCommit",
+    "Queued",
+    "append",
+    "commit",
+    "commit_all",
+    "read",
+]
 
 APPEND_ATTEMPTS = 5
 READ_ATTEMPTS = 5  # reads of the journal to learn whether a failed write landed
@@ -170,3 +183,116 @@ def _ends_with(journal: Journal, entries: Sequence[Mapping[str, Any]]) -> bool:
     """Whether `entries` are exactly the journal's last entries, at their own offsets."""
     first = entries[0]["offset"]
     return journal.next_offset == first + len(entries) and journal.entries[first:] == entries
+
+
+class GroupCommit:
+    """The appends of one open session, at `token`: numbered in the order they come, written
+    together when they come concurrently.
+
+    Whichever thread finds no write in progress writes everything queued in one `commit_all`
+    (one `write` and one `fsync` on `LocalStorage`), while the others wait for it; an entry is
+    returned to its caller only once the write that holds it returned. A failed write fails
+    its entries and every entry queued after them (numbered after them, none is written).
+    """
+
+    def __init__(
+        self, storage: Storage, journal: Journal, session: int, token: str, clock: Clock
+    ) -> None:
+        self.storage = storage
+        self.journal = journal
+        self.session = session
+        self.token = token
+        self.clock = clock
+        self._commits = threading.Condition(threading.Lock())
+        self._queue: list[Queued] = []
+        self._writing = False
+        self._next_offset = journal.next_offset
+        self._ending: str | None = None  # the terminal entry queued, not written yet
+
+    def append(
+        self, kind: str, fields: dict[str, Any], raw: tuple[str, bytes] | None = None
+    ) -> Entry:
+        """Journal an entry of `kind` in this session; return it once it is durable.
+
+        `raw` is (a key of `fields`, its value encoded by `check_json_encoded`): the line is
+        built around those bytes instead of encoding the value again.
+        """
+        return self.wait(self.queue(kind, fields, raw))
+
+    def queue(
+        self, kind: str, fields: dict[str, Any], raw: tuple[str, bytes] | None = None
+    ) -> Queued:
+        """Number the entry and queue it (the caller holds whatever orders its entries)."""
+        with self._commits:
+            if self._ending is not None:
+                raise TerminalRunError(
+                    f"run {self.journal.run_id} is ending with {self._ending!r}",
+                    run_id=self.journal.run_id,
+                )
+            entry: Entry = {
+                "type": kind,
+                "session": self.session,
+                "offset": self._next_offset,
+                "timestamp": format_timestamp(self.clock.time()),
+                **fields,
+            }
+            # encoded once: the storage writes this line, the journal keeps it
+            line = encode(entry) if raw is None else encode_with(entry, *raw)
+            queued = Queued(entry, line)
+            self._queue.append(queued)
+            self._next_offset += 1
+            if kind in TERMINAL_TYPES:
+                self._ending = kind
+        return queued
+
+    def wait(self, queued: Queued) -> Entry:
+        """Wait until `queued` is written, writing the queue when no other thread is."""
+        with self._commits:
+            while not queued.done:
+                if self._writing:
+                    self._commits.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                self._writing = True
+                self._commits.release()
+                try:
+                    token = commit_all(
+                        self.storage,
+                        self.journal,
+                        [item.entry for item in batch],
+                        self.token,
+                        self.clock,
+                        b"".join(item.line for item in batch),
+                    )
+                except BaseException as exc:
+                    failure: BaseException | None = exc
+                else:
+                    failure = None
+                finally:
+                    self._commits.acquire()
+                    self._writing = False
+                if failure is None:
+                    self.token = token
+                    for item in batch:
+                        self.journal.add(item.entry, line=item.line)
+                        item.done = True
+                else:  # the entries queued since were numbered after these: none is written
+                    for item in (*batch, *self._queue):
+                        item.error, item.done = failure, True
+                    self._queue = []
+                    self._next_offset, self._ending = self.journal.next_offset, None
+                self._commits.notify_all()
+        if queued.error is not None:
+            raise queued.error
+        return queued.entry
+
+
+class Queued:
+    """An entry waiting for its group commit."""
+
+    __slots__ = ("done", "entry", "error", "line")
+
+    def __init__(self, entry: Entry, line: bytes) -> None:
+        self.entry, self.line = entry, line
+        self.done = False
+        self.error: BaseException | None = None

@@ -41,8 +41,10 @@ __all__ = [
     "SuspendEntry",
     "check_entry",
     "check_json",
+    "check_json_encoded",
     "decode_line",
     "encode",
+    "encode_with",
     "event_id",
     "event_name",
     "format_timestamp",
@@ -102,6 +104,13 @@ def check_json(value: object, what: str) -> Any:
     whose arrays and objects nest deeper than `MAX_DEPTH`: replay must be able to read it back
     wherever the workflow is.
     """
+    return check_json_encoded(value, what)[0]
+
+
+def check_json_encoded(value: object, what: str) -> tuple[Any, bytes]:
+    """`check_json`, and the JSON text (UTF-8) the value was checked as, for a caller that
+    journals it (`encode_with`): a value is then encoded once per append, not twice. Replay
+    decodes that text, which is exactly what the returned value was decoded from."""
     try:
         text = _ENCODER.encode(value)
         data = text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
@@ -115,7 +124,7 @@ def check_json(value: object, what: str) -> Any:
         raise NotSerializableError(
             f"{what} is nested deeper than {MAX_DEPTH} arrays and objects, kassette's limit"
         )
-    return json.loads(text)
+    return json.loads(text), data
 
 
 def format_timestamp(epoch_seconds: float) -> str:
@@ -163,6 +172,25 @@ def to_json(value: object) -> str:
 def encode(entry: Mapping[str, Any]) -> bytes:
     """One entry as its journal line: compact JSON, UTF-8, `\\n`-terminated."""
     return (_ENCODER.encode(entry) + "\n").encode()
+
+
+def encode_with(entry: Mapping[str, Any], key: str, value: bytes) -> bytes:
+    """`encode(entry)`, but with `value` (JSON text, UTF-8) written as `entry[key]`: a value
+    `check_json_encoded` encoded is not encoded again. When `value` is what `check_json_encoded`
+    gave for `entry[key]`, the line decodes to `entry` (byte for byte `encode(entry)` unless
+    the original value had keys that JSON merged, say 1 and "1": then the line holds both,
+    and decoding keeps the last, as the round trip did)."""
+    head: dict[str, Any] = {}
+    tail: dict[str, Any] = {}
+    part = head
+    for name, item in entry.items():
+        if name == key:
+            part = tail
+        else:
+            part[name] = item
+    opening = _ENCODER.encode(head)[:-1] + ("," if head else "") + _ENCODER.encode(key) + ":"
+    closing = "," + _ENCODER.encode(tail)[1:] if tail else "}"
+    return b"".join((opening.encode(), value, closing.encode(), b"\n"))
 
 
 UTF8_ERRORS = "strict"

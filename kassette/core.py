@@ -19,16 +19,15 @@ from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TypeVar
 
-from kassette.append import append, commit_all, read
+from kassette.append import GroupCommit, Queued, append, read
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
     KNOWN_TYPES,
-    TERMINAL_TYPES,
     CancelEntry,
     Entry,
     StartEntry,
     check_json,
-    encode,
+    check_json_encoded,
     event_name,
     format_timestamp,
     validate_name,
@@ -40,11 +39,9 @@ from kassette.errors import (
     InvalidArgumentError,
     MetadataMismatchError,
     ReplayMismatchError,
-    RunExistsError,
     RunNotFoundError,
     StorageError,
     Suspended,
-    TerminalRunError,
     VersionMismatchError,
 )
 from kassette.fork import NO_RESULT, ForkPlan, plan_fork
@@ -174,17 +171,11 @@ class Run:
         self.metadata = metadata
         self.version = version
         self.ids = StepIds()
-        self._token = token
         self._lock = lock
         self._clock = clock
         self._mutex = threading.RLock()
         self._unreplayed = len(journal.steps) + len(journal.suspends)
-        # group commit: entries numbered and queued, written by one thread at a time (`_flush`)
-        self._commits = threading.Condition(threading.Lock())
-        self._queue: list[_Queued] = []
-        self._writing = False
-        self._next_offset = journal.next_offset
-        self._ending: str | None = None  # the terminal entry queued, not written yet
+        self._commits = GroupCommit(storage, journal, self.session, token, clock)
         self._recorded = list(journal.steps)  # step ids, in the order they were journaled
         self._replayed: set[str] = set()
 
@@ -325,8 +316,8 @@ class Run:
 
     def complete(self, result: Any) -> Any:
         """End the run successfully with `result` (returned as replay will see it)."""
-        value = check_json(result, f"result of run {self.run_id}")
-        self._append("complete", {"result": value})
+        value, encoded = check_json_encoded(result, f"result of run {self.run_id}")
+        self._append("complete", {"result": value}, ("result", encoded))
         return value
 
     def fail(self, exc: BaseException) -> None:
@@ -377,7 +368,7 @@ class Run:
         duration_ms: float | None = None,
     ) -> Entry:
         """Journal a live step's result; return its entry (the result as replay will see it)."""
-        value = check_json(result, f"result of step {step_id!r}")
+        value, encoded = check_json_encoded(result, f"result of step {step_id!r}")
         fields: dict[str, Any] = {"stepId": step_id, "name": name, "result": value}
         if kind != "step":
             fields["kind"] = kind
@@ -385,7 +376,7 @@ class Run:
             fields["attempts"] = attempts
         if duration_ms is not None and kind == "step":  # a sleep or a block calls nothing
             fields["durationMs"] = round(duration_ms, 3)
-        return self._append("step", fields)
+        return self._append("step", fields, ("result", encoded))
 
     def _check_unused(self, step_id: str, kind: str) -> None:
         other = (
@@ -402,112 +393,45 @@ class Run:
                 offset=other["offset"],
             )
 
-    def _append(self, kind: str, fields: dict[str, Any]) -> Entry:
+    def _append(
+        self, kind: str, fields: dict[str, Any], raw: tuple[str, bytes] | None = None
+    ) -> Entry:
         """Journal an entry; return once it is durable (its write returned), not before.
 
-        Entries appended concurrently (parallel branches) are written together: whichever
-        thread finds no write in progress writes everything queued, in one append (one
-        `write` and `fsync` on `LocalStorage`), while the others wait for it.
+        Entries appended concurrently (parallel branches) are written together: see
+        `kassette.append.GroupCommit`. `raw` is a field's value already encoded.
         """
         with self._mutex:
             self.journal.ensure_open()
-            with self._commits:
-                if self._ending is not None:
-                    raise TerminalRunError(
-                        f"run {self.run_id} is ending with {self._ending!r}", run_id=self.run_id
-                    )
-                entry: Entry = {
-                    "type": kind,
-                    "session": self.session,
-                    "offset": self._next_offset,
-                    "timestamp": format_timestamp(self._clock.time()),
-                    **fields,
-                }
-                # encoded once: the storage writes this line, the journal keeps it
-                queued = _Queued(entry, encode(entry))
-                self._queue.append(queued)
-                self._next_offset += 1
-                if kind in TERMINAL_TYPES:
-                    self._ending = kind
+            queued = self._commits.queue(kind, fields, raw)
         deferred = _DEFERRED.get()
         if deferred is not None and deferred[0] is self:
             deferred[1].append(queued)  # the caller writes it (`_write`) before reporting it
         else:
-            self._flush(queued)
-        return entry
+            self._commits.wait(queued)
+        return queued.entry
 
     @contextmanager
-    def _deferring(self) -> Iterator[list[_Queued]]:
+    def _deferring(self) -> Iterator[list[Queued]]:
         """Appends made in this block (by this thread or task) are numbered and queued as usual
         but not written: the caller passes the list to `_write`, in any thread, and reports
         nothing before it returns. How an async workflow numbers entries on its event loop, in
         the order the loop makes them, and writes them from a worker thread."""
-        pending: list[_Queued] = []
+        pending: list[Queued] = []
         reset = _DEFERRED.set((self, pending))
         try:
             yield pending
         finally:
             _DEFERRED.reset(reset)
 
-    def _write(self, pending: Sequence[_Queued]) -> None:
-        """Return once every entry in `pending` is written (a group commit, see `_flush`)."""
+    def _write(self, pending: Sequence[Queued]) -> None:
+        """Return once every entry in `pending` is written (a group commit, see `GroupCommit`)."""
         for queued in pending:
-            self._flush(queued)
-
-    def _flush(self, queued: _Queued) -> None:
-        """Wait until `queued` is written, writing the queue when no other thread is."""
-        with self._commits:
-            while not queued.done:
-                if self._writing:
-                    self._commits.wait()
-                    continue
-                batch, self._queue = self._queue, []
-                self._writing = True
-                self._commits.release()
-                try:
-                    token = commit_all(
-                        self.storage,
-                        self.journal,
-                        [item.entry for item in batch],
-                        self._token,
-                        self._clock,
-                        b"".join(item.line for item in batch),
-                    )
-                except BaseException as exc:
-                    failure: BaseException | None = exc
-                else:
-                    failure = None
-                finally:
-                    self._commits.acquire()
-                    self._writing = False
-                if failure is None:
-                    self._token = token
-                    for item in batch:
-                        self.journal.add(item.entry, line=item.line)
-                        item.done = True
-                else:  # the entries queued since were numbered after these: none is written
-                    for item in (*batch, *self._queue):
-                        item.error, item.done = failure, True
-                    self._queue = []
-                    self._next_offset, self._ending = self.journal.next_offset, None
-                self._commits.notify_all()
-        if queued.error is not None:
-            raise queued.error
-
-
-class _Queued:
-    """An entry waiting for its group commit."""
-
-    __slots__ = ("done", "entry", "error", "line")
-
-    def __init__(self, entry: Entry, line: bytes) -> None:
-        self.entry, self.line = entry, line
-        self.done = False
-        self.error: BaseException | None = None
+            self._commits.wait(queued)
 
 
 # set by `Run._deferring`: the run whose appends in this thread or task are queued, not written
-_DEFERRED: ContextVar[tuple[Run, list[_Queued]] | None] = ContextVar(
+_DEFERRED: ContextVar[tuple[Run, list[Queued]] | None] = ContextVar(
     "kassette_deferred", default=None
 )
 
@@ -737,7 +661,7 @@ def _check_existing(
     """Whether this session may continue the existing run: a retry with what it recorded."""
     run_id = journal.run_id
     if fork is not None:
-        _check_same_fork(journal, fork)
+        fork.check_same(journal)
     journal.ensure_open()
     if version is not None and journal.version is not None and version != journal.version:
         raise VersionMismatchError(
@@ -756,33 +680,5 @@ def _check_existing(
         raise MetadataMismatchError(
             f"run {run_id} was started with different params ({journal.state.params or {}}, "
             f"not {params})",
-            run_id=run_id,
-        )
-
-
-def _check_same_fork(journal: Journal, fork: ForkPlan) -> None:
-    """A fork into an existing run is a retry only of that same fork (and edit)."""
-    run_id, source = journal.run_id, journal.state.source
-    if source != fork.source:
-        what = (
-            f"a fork of {source['runId']} at offset {source['fromOffset']}"
-            if source
-            else "not a fork"
-        )
-        raise RunExistsError(
-            f"cannot fork {fork.source_run_id} at offset {fork.offset} into {run_id}: that run "
-            f"exists and is {what}",
-            run_id=run_id,
-        )
-    if not fork.edits:
-        return
-    created = journal.state.created_offset or 0
-    recorded = [
-        {k: v for k, v in entry.items() if k not in ("session", "offset", "timestamp")}
-        for entry in journal.entries[created + 1 : created + 1 + len(fork.edits)]
-    ]
-    if recorded != list(fork.edits):
-        raise MetadataMismatchError(
-            f"run {run_id} is this fork with another edited result at offset {fork.offset}",
             run_id=run_id,
         )

@@ -19,7 +19,8 @@ from typing import Any
 
 from kassette.append import read
 from kassette.codec import Entry, Source, check_json, event_id, event_name
-from kassette.errors import InvalidArgumentError
+from kassette.errors import InvalidArgumentError, MetadataMismatchError, RunExistsError
+from kassette.journal import Journal
 from kassette.storage import Storage
 
 __all__ = ["NO_RESULT", "ForkPlan", "plan_fork"]
@@ -48,6 +49,33 @@ class ForkPlan:
     def source(self) -> Source:
         """The `source` a fork's own `start` records."""
         return {"runId": self.source_run_id, "fromOffset": self.offset}
+
+    def check_same(self, journal: Journal) -> None:
+        """A fork into an existing run is a retry only of that same fork (and edit)."""
+        run_id, source = journal.run_id, journal.state.source
+        if source != self.source:
+            what = (
+                f"a fork of {source['runId']} at offset {source['fromOffset']}"
+                if source
+                else "not a fork"
+            )
+            raise RunExistsError(
+                f"cannot fork {self.source_run_id} at offset {self.offset} into {run_id}: that run "
+                f"exists and is {what}",
+                run_id=run_id,
+            )
+        if not self.edits:
+            return
+        created = journal.state.created_offset or 0
+        recorded = [
+            {k: v for k, v in entry.items() if k not in ("session", "offset", "timestamp")}
+            for entry in journal.entries[created + 1 : created + 1 + len(self.edits)]
+        ]
+        if recorded != list(self.edits):
+            raise MetadataMismatchError(
+                f"run {run_id} is this fork with another edited result at offset {self.offset}",
+                run_id=run_id,
+            )
 
 
 def plan_fork(

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from kassette import MemoryStorage, NotSerializableError, kassette
-from kassette.codec import MAX_DEPTH, check_json, decode_line, encode
+from kassette.codec import (
+    MAX_DEPTH,
+    check_json,
+    check_json_encoded,
+    decode_line,
+    encode,
+    encode_with,
+)
 from kassette.core import fork_run, open_run, read_journal
 from kassette.errors import JournalCorruptionError
 from kassette.journal import Journal
@@ -192,3 +199,71 @@ def test_an_escaped_surrogate_pair_is_a_character_not_corruption() -> None:
     assert Journal.parse(journal_bytes(START) + escaped_backslash, "r").steps["a"]["result"] == (
         "\\ud800"
     )
+
+
+SPLICED_VALUES: list[Any] = [
+    None,
+    0,
+    -0.0,
+    1e300,
+    'ü ✓ \u2028 "quoted" \\ \n',
+    [],
+    {},
+    (1, "two", [3.5, None]),
+    {"nested": {"list": [1, {"a": True}], "empty": {}}, "text": "é"},
+    {1: "int key", "x": [True, False]},
+    {1: "merged away", "1": "kept"},  # two keys that JSON makes one
+]
+
+
+@pytest.mark.parametrize("value", SPLICED_VALUES)
+@pytest.mark.parametrize("extra", [{}, {"kind": "sleep", "attempts": 2, "durationMs": 1.5}])
+def test_a_line_spliced_around_the_checked_text_decodes_to_the_entry(
+    value: Any, extra: dict[str, Any]
+) -> None:
+    """The step line is built around the text `check_json_encoded` produced (the result is
+    encoded once): it decodes to the entry that holds the checked value, and is byte for byte
+    the ordinary encoding unless JSON merged two of the value's keys."""
+    checked, text = check_json_encoded(value, "a result")
+    assert checked == check_json(value, "a result")
+    entry = {
+        "type": "step",
+        "session": 1,
+        "offset": 3,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "stepId": "s",
+        "name": "s",
+        "result": checked,
+        **extra,
+    }
+    line = encode_with(entry, "result", text)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode_line(line[:-1]) == entry
+    if value != {1: "merged away", "1": "kept"}:
+        assert line == encode(entry)
+        assert encode_with({"result": checked}, "result", text) == encode({"result": checked})
+
+
+class _CountingEncoder:
+    """Stands in for the codec's one JSON encoder, counting the characters it produces."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.characters = real, 0
+
+    def encode(self, value: Any) -> str:
+        text: str = self.real.encode(value)
+        self.characters += len(text)
+        return text
+
+
+def test_a_live_steps_result_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kassette.codec as codec
+
+    big = {"text": "x" * 100_000}
+    with open_run(MemoryStorage(), "r1") as run:
+        counting = _CountingEncoder(codec._ENCODER)
+        monkeypatch.setattr(codec, "_ENCODER", counting)
+        assert run.record("big", lambda: big) == big
+        monkeypatch.undo()
+        assert 100_000 < counting.characters < 101_000
+        assert run.journal.steps["big"]["result"] == big
