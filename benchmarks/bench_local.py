@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (smaller, fewer)")
     parser.add_argument("--dir", help="where to write journals (default: the system tmp dir)")
+    parser.add_argument(
+        "--only", choices=["step"], help="measure (a) alone: a live step against write+fsync"
+    )
     parser.add_argument("--replay-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.replay_child:
@@ -372,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
             f"step: {step_rounds} rounds x {step_n} steps",
             lambda: bench_step(directory, step_n, step_rounds),
         )
+        if args.only == "step":
+            print(
+                f"(a) ctx.step / write+fsync: {step / raw:.2f}x ({step * 1e6:.1f} / "
+                f"{raw * 1e6:.1f} us, medians of {step_rounds} rounds); in CPU time "
+                f"{step_cpu * 1e6:.1f} vs {raw_cpu * 1e6:.1f} us"
+            )
+            return 0 if step / raw <= 1.2 else 1
         replay, loads, replay_cpu, loads_cpu = timed(
             f"replay: {replay_rounds} rounds x {replay_n} steps",
             lambda: bench_replay(directory, replay_n, replay_rounds),

@@ -5,8 +5,9 @@ and `link(2)`ed into place, so creation (even of many lines, as a fork does) is 
 never overwrite a run. An append takes `flock` on the journal, checks that the file still ends
 where the caller's token says (a torn tail left by a crash is cut off), then makes one `write()`
 of the whole line and an `fsync`. Tokens are byte lengths of the journal's complete lines.
-While this process holds a run's lock, its journal stays open between appends (one open and
-close per session, not per append); flock and the size check are the same either way.
+While this process holds a run's lock, its journal stays open between appends and each append
+is one `write()` and one `fsync`: `kassette.storage.local_append` says how, and why a cancel or
+a newer session from another process is still safe and still noticed.
 
 A `LocalStorage` pickles as its path, so a process pool or a Dask worker on a shared
 filesystem can write the same journals.
@@ -31,12 +32,12 @@ import fcntl
 import json
 import os
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from kassette.errors import ConflictError, RunLockedError, StorageError
 from kassette.storage import Snapshot, validate_object_name, validate_run_id
+from kassette.storage.local_append import OpenJournal, append_careful, delete_journal
 
 __all__ = ["LocalStorage", "replace_file"]
 
@@ -48,7 +49,7 @@ class LocalStorage:
 
     def __init__(self, path: str | os.PathLike[str] = ".kassette") -> None:
         self.path = Path(path)
-        self._open: dict[str, _OpenJournal] = {}  # runs this process holds the lock of
+        self._open: dict[str, OpenJournal] = {}  # runs this process holds the lock of
         self._swept = False  # temporary files of dead processes, on the first lock
 
     def __repr__(self) -> str:
@@ -103,21 +104,14 @@ class LocalStorage:
 
     def _extend(self, run_id: str, path: str, data: bytes, expected: int) -> str:
         journal = self._open.get(run_id)
-        if journal is not None and journal.pid == os.getpid():  # not in a forked child
+        if journal is not None and not journal.forked:
             with journal.mutex:
                 if self._open.get(run_id) is journal:  # the lock was not released meanwhile
-                    if journal.fd is None:
-                        journal.fd = _open_journal(run_id, path)
-                    try:
-                        return _append_locked(run_id, journal.fd, data, expected)
-                    except BaseException:
-                        journal.close()  # the next append opens the path again
-                        raise
-        fd = _open_journal(run_id, path)
-        try:
-            return _append_locked(run_id, fd, data, expected)
-        finally:
-            os.close(fd)
+                    token = journal.append(run_id, data, expected)  # lean: write and fsync
+                    if token is not None:
+                        return token
+                    return append_careful(self.path, run_id, path, data, expected, journal)
+        return append_careful(self.path, run_id, path, data, expected, None)
 
     def list_runs(self) -> Iterator[str]:
         try:
@@ -142,15 +136,15 @@ class LocalStorage:
             self._acquire(run_id, path, content)
         except OSError as exc:
             raise StorageError(f"cannot lock run {run_id}: {exc}", run_id=run_id) from exc
-        journal = self._open[run_id] = _OpenJournal()
+        journal = self._open[run_id] = OpenJournal()
         try:
             yield
         finally:
             if self._open.get(run_id) is journal:
                 del self._open[run_id]
-            if journal.pid == os.getpid():
+            if not journal.forked:  # a forked child leaves its parent's journal alone
                 with journal.mutex:
-                    journal.close()
+                    journal.release(self.path, run_id)
             with contextlib.suppress(OSError):
                 if path.read_bytes() == content:
                     path.unlink()
@@ -214,10 +208,10 @@ class LocalStorage:
         """Delete the run's journal, its objects and its lock if no live process holds it."""
         import shutil  # here: it imports compression modules that nothing else needs
 
-        journal = Path(self._journal(run_id))
+        journal = self._journal(run_id)
         lock = self.path / f"{run_id}.lock"
         try:
-            journal.unlink(missing_ok=True)
+            delete_journal(self.path, run_id, journal)  # a live session is fenced
             shutil.rmtree(self.path / run_id, ignore_errors=False)
         except FileNotFoundError:
             pass
@@ -259,56 +253,6 @@ def replace_file(path: Path, data: bytes, *, mode: int | None = None) -> None:
         temporary.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
-
-
-class _OpenJournal:
-    """A journal kept open while this process holds its run's lock.
-
-    flock excludes other open file descriptions, not threads sharing this one (say a
-    `cancel_run` in another thread), so `mutex` serialises this process's appends through it.
-    """
-
-    __slots__ = ("fd", "mutex", "pid")
-
-    def __init__(self) -> None:
-        self.fd: int | None = None
-        self.mutex = threading.Lock()
-        self.pid = os.getpid()
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
-
-
-def _open_journal(run_id: str, path: str) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_APPEND)
-    except FileNotFoundError:
-        raise ConflictError(f"run {run_id} no longer exists", run_id=run_id) from None
-
-
-def _append_locked(run_id: str, fd: int, data: bytes, expected: int) -> str:
-    """Append `data` under flock if the journal is `expected` bytes long (a torn tail aside)."""
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
-        status = os.fstat(fd)
-        if status.st_nlink == 0:  # removed or replaced since it was opened
-            raise ConflictError(f"run {run_id} no longer exists", run_id=run_id)
-        size = status.st_size
-        if size != expected:
-            tail = os.pread(fd, size - expected, expected) if size > expected else b"\n"
-            if b"\n" in tail:
-                raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
-            os.ftruncate(fd, expected)  # a torn line from a crashed writer
-        written = os.write(fd, data)
-        if written != len(data):
-            os.ftruncate(fd, expected)
-            raise StorageError(f"short write to run {run_id}", run_id=run_id)
-        os.fsync(fd)
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    return str(expected + len(data))
 
 
 def _temporary(directory: Path, run_id: str, suffix: str) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +13,7 @@ import pytest
 
 from kassette import LocalStorage
 from kassette.core import cancel_run, open_run, read_journal
-from kassette.errors import CancelledError, ConflictError, FencedError
+from kassette.errors import CancelledError, ConflictError
 
 
 @pytest.fixture
@@ -81,27 +80,6 @@ def test_the_journal_is_closed_when_the_session_ends(storage: LocalStorage, root
         run.record("b", lambda: 2)
     assert open_journal_fds(root) == []
     assert list(read_journal(storage, "r1").steps) == ["a", "b"]
-
-
-def test_a_removed_journal_fences_the_open_session(storage: LocalStorage, root: Path) -> None:
-    with open_run(storage, "r1") as run:
-        run.record("a", lambda: 1)
-        (root / "r1.jsonl").unlink()
-        with pytest.raises(FencedError):
-            run.record("b", lambda: 2)
-    assert not (root / "r1.jsonl").exists()
-
-
-def test_a_replaced_journal_is_opened_again(storage: LocalStorage, root: Path) -> None:
-    with open_run(storage, "r1") as run:
-        run.record("a", lambda: 1)
-        copy = root / "copy"
-        shutil.copyfile(root / "r1.jsonl", copy)
-        os.replace(copy, root / "r1.jsonl")  # same bytes, another file
-        assert run.record("b", lambda: 2) == 2
-        run.complete("done")
-    journal = read_journal(storage, "r1")
-    assert list(journal.steps) == ["a", "b"] and journal.status().status == "completed"
 
 
 def test_a_failed_append_drops_the_open_journal(storage: LocalStorage, root: Path) -> None:
