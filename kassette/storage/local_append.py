@@ -102,7 +102,10 @@ class OpenJournal:
         """Hold the lease on the journal open as `fd` (flocked by the caller) that ends at
         `end`. False (and nothing held) when the fence cannot be shared."""
         path = fence_path(directory, run_id)
-        lease = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            lease = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return False  # appends stay careful
         try:
             # shared, and still the file at `path`: whoever removes one holds it exclusively
             if not _try_flock(lease, fcntl.LOCK_SH | fcntl.LOCK_NB) or not _is_at(lease, path):
@@ -111,6 +114,9 @@ class OpenJournal:
             if os.fstat(lease).st_size < _FENCE_SIZE:
                 os.pwrite(lease, os.urandom(_FENCE_SIZE), 0)
             fence = mmap.mmap(lease, _FENCE_SIZE, access=mmap.ACCESS_READ)
+        except OSError:  # a filesystem without flock or mmap: appends stay careful
+            os.close(lease)
+            return False
         except BaseException:
             os.close(lease)
             raise

@@ -189,3 +189,22 @@ def test_a_forked_child_never_appends_through_its_parents_lease(
     assert list(journal.steps) == ["a", "child"]
     assert [e["offset"] for e in journal.entries] == list(range(len(journal.entries)))
     assert sorted(p.name for p in root.iterdir()) == ["r1.jsonl"]
+
+
+def test_without_mmap_a_session_appends_carefully(
+    storage: LocalStorage, syscalls: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem that cannot map the fence (or flock it) keeps every append careful."""
+    import mmap
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with open_run(storage, "r1") as run:
+        run.record("first", lambda: 1)
+        syscalls.clear()
+        for number in range(3):
+            run.record(f"s{number}", lambda number=number: number)
+        assert syscalls["flock"] >= 6 and syscalls["fsync"] == 3
+    assert read_journal(storage, "r1").status().steps == 4
