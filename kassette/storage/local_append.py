@@ -23,8 +23,11 @@ lean write (a memory read, no system call) and again after the fsync. Changed be
 the lease and appends carefully, which finds the journal moved (`ConflictError`), so the core
 re-reads it and raises `FencedError` or `CancelledError`. Changed after: the write may have
 gone to the replaced file, so it is not acknowledged (`ConflictError`, the same re-read). The
-writer changes the fence before it reads the journal to copy it, and the holder reads the
-fence after its `write()` returned, so a write the copy missed is always seen as fenced.
+writer changes the fence *before* it reads the journal's size (which bounds what it copies),
+and the holder reads the fence after its `write()` returned: either the writer's size
+includes the holder's line (its append conflicts, nothing is replaced) or the holder sees the
+fence move (both sides make locked instructions between their store and their load, inside
+the system calls, which is what rules out both missing the other's store).
 
 `fork()` is handled with `os.register_at_fork`: a child forgets its parent's open journals (it
 closes its copies of their descriptors, which leaves the parent's locks alone), so it never
@@ -179,26 +182,29 @@ def append_careful(
         fd = _open_journal(run_id, path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            status = os.fstat(fd)
-            if status.st_nlink == 0:  # replaced or removed since it was opened
+            if os.fstat(fd).st_nlink == 0:  # replaced or removed since it was opened
                 continue
-            size = status.st_size
-            if size != expected:
-                tail = os.pread(fd, size - expected, expected) if size > expected else b"\n"
-                if b"\n" in tail:
-                    raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
             fence = _open_fence(directory, run_id)
             try:
-                if fence is None or _try_flock(fence, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                leased = fence is not None and not _try_flock(fence, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if fence is not None and leased:  # first: a lean write the size misses sees it
+                    os.pwrite(fence, os.urandom(_FENCE_SIZE), 0)
+                size = os.fstat(fd).st_size
+                if size != expected:
+                    tail = os.pread(fd, size - expected, expected) if size > expected else b"\n"
+                    if b"\n" in tail:
+                        raise ConflictError(
+                            f"run {run_id} changed since it was read", run_id=run_id
+                        )
+                if leased:
+                    written = _replace(directory, run_id, path, fd, expected, data)
+                else:
                     if size != expected:
                         os.ftruncate(fd, expected)  # a torn line from a crashed writer
                     _write(run_id, fd, data, expected)
                     if fence is not None:  # a lease nobody holds (its holder ended or died)
                         _unlink_if_at(fence, fence_path(directory, run_id))
                     written = fd
-                else:
-                    os.pwrite(fence, os.urandom(_FENCE_SIZE), 0)  # before the copy is read
-                    written = _replace(directory, run_id, path, fd, expected, data)
             finally:
                 if fence is not None:
                     os.close(fence)
