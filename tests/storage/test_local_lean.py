@@ -147,8 +147,10 @@ def test_a_cancel_from_another_process_lands_between_lean_appends(root: Path, pa
         ready, _, _ = select.select([holder.stdout], [], [], TIMEOUT)
         assert ready and holder.stdout.readline().strip() == b"started"
         time.sleep(pause)
+        leased = (root / f"{run_id}.jsonl").stat().st_ino
         status = cancel_run(LocalStorage(root), run_id, reason="operator")
         assert status.status == "canceled"
+        assert (root / f"{run_id}.jsonl").stat().st_ino != leased  # replaced, not appended to
         out, err = holder.communicate(timeout=TIMEOUT)
     finally:
         if holder.poll() is None:
