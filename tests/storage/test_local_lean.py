@@ -25,7 +25,7 @@ import pytest
 
 from kassette import LocalStorage
 from kassette.core import cancel_run, open_run, read_journal
-from kassette.errors import FencedError
+from kassette.errors import CancelledError, FencedError
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 60.0
@@ -86,8 +86,10 @@ def test_no_fence_file_is_left_behind(storage: LocalStorage, root: Path) -> None
     assert sorted(p.name for p in root.iterdir()) == ["r1.jsonl"]
     with open_run(storage, "r2") as run:
         run.record("a", lambda: 1)
+        leased = (root / "r2.jsonl").stat().st_ino
         cancel_run(LocalStorage(root), "r2")  # another storage: the holder's file is replaced
-        with pytest.raises(Exception, match="superseded"):
+        assert (root / "r2.jsonl").stat().st_ino != leased
+        with pytest.raises(CancelledError, match="superseded"):
             run.record("b", lambda: 2)
     assert sorted(p.name for p in root.iterdir()) == ["r1.jsonl", "r2.jsonl"]
 
@@ -121,6 +123,7 @@ HOLDER = textwrap.dedent(
                 step = f"s{number}"
                 run.record(step, lambda number=number: number)
                 acked.append(step)
+                time.sleep(0.001)  # a step's own work: a cancel re-reads between two appends
         outcome = "ran out"
     except CancelledError:
         outcome = "canceled"
@@ -147,10 +150,8 @@ def test_a_cancel_from_another_process_lands_between_lean_appends(root: Path, pa
         ready, _, _ = select.select([holder.stdout], [], [], TIMEOUT)
         assert ready and holder.stdout.readline().strip() == b"started"
         time.sleep(pause)
-        leased = (root / f"{run_id}.jsonl").stat().st_ino
         status = cancel_run(LocalStorage(root), run_id, reason="operator")
         assert status.status == "canceled"
-        assert (root / f"{run_id}.jsonl").stat().st_ino != leased  # replaced, not appended to
         out, err = holder.communicate(timeout=TIMEOUT)
     finally:
         if holder.poll() is None:
