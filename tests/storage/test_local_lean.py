@@ -211,3 +211,44 @@ def test_without_mmap_a_session_appends_carefully(
             run.record(f"s{number}", lambda number=number: number)
         assert syscalls["flock"] >= 6 and syscalls["fsync"] == 3
     assert read_journal(storage, "r1").status().steps == 4
+
+
+def test_a_lean_write_racing_a_replacing_writer_is_kept_or_not_acknowledged(
+    storage: LocalStorage, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder's lean write lands just after the cancel looked at the journal's file (its
+    first `fstat`) and before anything else it does. The cancel must either see that line
+    (and copy it) or the holder must not acknowledge it: a step `record` returned must be in
+    the journal. (Changing the fence only after reading the size lost this step.)"""
+    import threading
+
+    real_fstat = os.fstat
+    state = {"armed": False, "acked": False}
+
+    with open_run(storage, "r1") as run:
+        run.record("a", lambda: 1)  # lean from here
+
+        def late_step() -> None:
+            run.record("late", lambda: 2)
+            state["acked"] = True
+
+        def fstat(fd: int) -> os.stat_result:
+            status = real_fstat(fd)
+            if state["armed"] and threading.current_thread() is threading.main_thread():
+                state["armed"] = False
+                holder = threading.Thread(target=late_step)
+                holder.start()
+                holder.join(timeout=30)
+            return status
+
+        monkeypatch.setattr(os, "fstat", fstat)
+        state["armed"] = True
+        status = cancel_run(LocalStorage(root), "r1")  # not the holder's storage
+        monkeypatch.undo()
+        assert status.status == "canceled"
+        with pytest.raises(CancelledError):
+            run.record("after", lambda: 3)
+    journal = read_journal(storage, "r1")
+    assert journal.entries[-1]["type"] == "cancel"
+    assert state["acked"]  # the fence had not moved yet: the holder wrote lean
+    assert "late" in journal.steps, "a step was acknowledged and then lost"
