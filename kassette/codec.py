@@ -10,7 +10,9 @@ reader applies to a decoded line. Pure functions: no storage, no state.
 from __future__ import annotations
 
 import json
+import json.encoder
 import json.scanner
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -83,6 +85,7 @@ _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds per
 # call; built once, as encoding is on every append's path
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_TEXT = json.encoder.encode_basestring  # how _ENCODER writes a string (ensure_ascii=False)
 # what json.loads runs once past its checks (its memo of keys is per call: safe to share)
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
@@ -180,17 +183,30 @@ def encode_with(entry: Mapping[str, Any], key: str, value: bytes) -> bytes:
     gave for `entry[key]`, the line decodes to `entry` (byte for byte `encode(entry)` unless
     the original value had keys that JSON merged, say 1 and "1": then the line holds both,
     and decoding keeps the last, as the round trip did)."""
-    head: dict[str, Any] = {}
-    tail: dict[str, Any] = {}
-    part = head
+    before: list[str] = []
+    after: list[str] = []
+    fields = before
     for name, item in entry.items():
         if name == key:
-            part = tail
+            fields = after
         else:
-            part[name] = item
-    opening = _ENCODER.encode(head)[:-1] + ("," if head else "") + _ENCODER.encode(key) + ":"
-    closing = "," + _ENCODER.encode(tail)[1:] if tail else "}"
-    return b"".join((opening.encode(), value, closing.encode(), b"\n"))
+            fields.append(f"{_TEXT(name)}:{_scalar(item)}")
+    opening = "{" + ",".join(before) + ("," if before else "") + _TEXT(key) + ":"
+    closing = ("," + ",".join(after) if after else "") + "}\n"
+    return b"".join((opening.encode(), value, closing.encode()))
+
+
+def _scalar(value: Any) -> str:
+    """`value` as `_ENCODER` writes it, without its call overhead for the strings and numbers
+    of an entry's envelope (anything else goes to the encoder)."""
+    kind = type(value)
+    if kind is str:
+        return _TEXT(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return _ENCODER.encode(value)
 
 
 UTF8_ERRORS = "strict"

@@ -217,7 +217,15 @@ SPLICED_VALUES: list[Any] = [
 
 
 @pytest.mark.parametrize("value", SPLICED_VALUES)
-@pytest.mark.parametrize("extra", [{}, {"kind": "sleep", "attempts": 2, "durationMs": 1.5}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"kind": "sleep", "attempts": 2, "durationMs": 1.5},
+        {'é \u2028 "q" \\ \x00': 'é \u2028 "q" \\ \x00 \U0001f600', "big": 10**30},
+        {"tiny": 1e-7, "flag": True, "none": None, "list": [1, "a"], "negative": -0.0},
+    ],
+)
 def test_a_line_spliced_around_the_checked_text_decodes_to_the_entry(
     value: Any, extra: dict[str, Any]
 ) -> None:
