@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -360,3 +363,19 @@ def test_a_fork_whose_code_skips_a_copied_step_is_warned_of(scenario: Scenario) 
     explorer.fork_button.click()
     assert explorer.results[-1].unreplayed == ("plan",)
     assert "did not replay the recorded step <b>plan</b>" in explorer.status.value
+
+
+@pytest.mark.parametrize("widget", [kx.RunTree, kx.CompareView], ids=lambda w: w.__name__)
+def test_each_widget_script_carries_the_shared_dom_helpers_once(widget: type) -> None:
+    """anywidget loads one ES module per widget: dom.js is prepended to each, not copied."""
+    source = Path(__file__).parents[2] / "kassette" / "explore" / "widgets"
+    dom = (source / "dom.js").read_text(encoding="utf-8")
+    script: str = widget._esm  # type: ignore[attr-defined]
+    assert script.startswith(dom) and script.count("function h(") == 1
+    for own in source.glob("*.js"):  # no widget's own file defines it again
+        assert own.name == "dom.js" or "function h(" not in own.read_text(encoding="utf-8")
+    node = shutil.which("node")
+    if node is not None:  # the whole module parses (a browser test loads it for real)
+        subprocess.run(
+            [node, "--input-type=module", "--check"], input=script, text=True, check=True
+        )

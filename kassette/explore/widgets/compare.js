@@ -1,19 +1,6 @@
 // CompareView's view: steps down the side (a frozen column), one column per branch, scrolling
 // sideways; the first divergence named at the top and highlighted; values or diffs vs baseline.
-
-function h(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value);
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
+// `h` (build an element) is dom.js's, prepended to this module in Python.
 
 function diffBlock(lines) {
   return h(

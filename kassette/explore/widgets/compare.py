@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -21,10 +20,10 @@ import traitlets
 from kassette.errors import InvalidArgumentError
 from kassette.explore.compare import first_divergence, step_results
 from kassette.explore.frames import Journals
+from kassette.explore.widgets._assets import css, esm
 
 __all__ = ["CompareView"]
 
-_HERE = Path(__file__).parent
 _MISSING = None
 
 
@@ -34,8 +33,8 @@ class CompareView(anywidget.AnyWidget):
     where the run has no such step), `diffs` (run id -> diff lines per step, empty where equal)
     and `first_divergence` are the data the view draws; `mode` is "values" or "diff"."""
 
-    _esm = (_HERE / "compare.js").read_text(encoding="utf-8")
-    _css = (_HERE / "compare.css").read_text(encoding="utf-8")
+    _esm = esm("compare.js")
+    _css = css("compare.css")
 
     steps: traitlets.List[Any] = traitlets.List().tag(sync=True)
     runs: traitlets.List[Any] = traitlets.List().tag(sync=True)

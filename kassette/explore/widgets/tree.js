@@ -2,27 +2,13 @@
 // The model holds the forest as columns (JSON text in `_forest`) (id, label, status, color, depth, parent, end, note,
 // edited), where end[i] is the index after run i's last descendant. Only the rows scrolled
 // into view are in the DOM, so 10,000 runs draw as fast as 30.
+// `h` (build an element) is dom.js's, prepended to this module in Python.
 
 const ROW = 24; // px per tree row
 const OVERSCAN = 8; // rows drawn beyond the visible ones
 const SHORT = 120; // characters of a value shown before "click to expand"
 const INDENT = 14; // px per depth level
 const MAX_INDENT = 30; // levels; deeper chains show their depth as a number
-
-function h(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else if (key === "style") node.style.cssText = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value);
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
 
 // Pretty JSON whose strings keep their real newlines (a model's answer reads as text).
 function pretty(value, indent = "") {

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -22,6 +21,7 @@ import traitlets
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore.frames import Journals
 from kassette.explore.lineage import lineage
+from kassette.explore.widgets._assets import css, esm
 from kassette.explore.widgets._rows import (
     PAGE,
     TreeNode,
@@ -35,8 +35,6 @@ from kassette.explore.widgets.live import Watcher, refreshed
 
 __all__ = ["PAGE", "RunTree", "TreeNode"]
 
-_HERE = Path(__file__).parent
-
 
 class RunTree(anywidget.AnyWidget):
     """The fork forest of `journals`: click a run to see its entries beside the tree.
@@ -49,8 +47,8 @@ class RunTree(anywidget.AnyWidget):
     form; `live=True` (or `watch()`) re-reads changed journals every `interval` seconds.
     """
 
-    _esm = (_HERE / "tree.js").read_text(encoding="utf-8")
-    _css = (_HERE / "tree.css").read_text(encoding="utf-8")
+    _esm = esm("tree.js")
+    _css = css("tree.css")
 
     selected = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     page = traitlets.Int(0).tag(sync=True)
