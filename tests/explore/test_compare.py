@@ -146,3 +146,20 @@ def test_compare_view_marks_a_step_only_some_branches_have(scenario: Scenario) -
     missing = [i for i, text in enumerate(view.cells["single"]) if text is None]
     assert missing
     assert all(view.diffs["parallel"][i][0].startswith("@@") for i in missing)
+
+
+def test_compare_view_update_compares_other_runs_in_the_same_model() -> None:
+    journals, runs = many_branches(4)
+    view = kx.CompareView(journals, runs[:2])
+    view.mode = "diff"
+    before = set(_instances)
+    view.update(journals, runs, baseline="b02")
+    assert set(_instances) == before  # the same model, redrawn
+    assert view.runs == runs and view.baseline == "b02" and view.mode == "diff"
+    assert sorted(view.diffs) == ["b00", "b01", "b03"]
+    assert view.diffs["b03"][1][2:4] == ["-variant 2", "+variant 3"]
+    with pytest.raises(InvalidArgumentError, match="baseline"):
+        view.update(journals, runs[:2], baseline="b03")
+    assert view.runs == runs and view.baseline == "b02"  # a refused update changes nothing
+    view.update(journals, runs[3:])
+    assert view.runs == ["b03"] and view.baseline == "b03" and view.diffs == {}

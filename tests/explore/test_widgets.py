@@ -175,6 +175,7 @@ def test_fork_explorer_picks_a_point_and_forks(scenario: Scenario) -> None:
     )
     assert explorer.offset.max == 3  # the complete entry: forking there re-runs the ending
     assert set(explorer.tree.nodes) == {"single", "forked", "refork"}  # its family only
+    assert explorer.comparison not in explorer.children  # nothing to compare before a fork
     explorer.step.value = "implement"
     assert explorer.offset.value == 2
     explorer.offset.value = 3
@@ -189,9 +190,11 @@ def test_fork_explorer_picks_a_point_and_forks(scenario: Scenario) -> None:
     assert status.status == "completed"
     assert explorer.tree.selected == "single" and "replan" in explorer.tree.nodes
     assert explorer.source == "single" and explorer.new_run_id.value == ""
-    page = explorer.comparison.value
-    assert "<th>single</th>" in page and "<th>replan</th>" in page
-    assert "first divergence" in page
+    comparison = explorer.comparison  # a CompareView below the tree, diffed against the source
+    assert isinstance(comparison, kx.CompareView) and explorer.children[-1] is comparison
+    assert comparison.runs == ["single", "replan"] and comparison.baseline == "single"
+    assert comparison.steps == ["plan", "implement"]
+    assert comparison.first_divergence == "implement"  # plan ran again, to the same result
     assert repr(explorer) == (
         "ForkExplorer: fork single at offset 1 (step plan)\nlast fork: replan (success)"
     )
@@ -335,9 +338,9 @@ def test_fan_out_makes_k_branches_or_one_per_params_object(scenario: Scenario) -
     assert explorer.status.value.startswith(
         "fanned out <b>single</b> at offset 2 into 3 branches (single.2.0 …):"
     )
-    assert "3 success" in explorer.status.value and "<th>single.2.2</th>" in (
-        explorer.comparison.value
-    )
+    assert "3 success" in explorer.status.value
+    assert explorer.comparison.runs == ["single", "single.2.0", "single.2.1", "single.2.2"]
+    assert explorer.comparison.baseline == "single"
     assert explorer.source == "single" and "single.2.1" in explorer.tree.nodes
     explorer.fan_out_params.value = '[{"temperature": 0.1}, {"temperature": 0.9}]'
     explorer.new_run_id.value = "grid"

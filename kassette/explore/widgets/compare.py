@@ -49,6 +49,14 @@ class CompareView(anywidget.AnyWidget):
     ) -> None:
         super().__init__()
         self.add_class("kassette-compare")
+        self.update(journals, run_ids, baseline=baseline)
+        self.observe(self._baseline_moved, names="baseline")
+
+    def update(
+        self, journals: Journals, run_ids: Iterable[str], *, baseline: str | None = None
+    ) -> None:
+        """Compare `run_ids` of `journals` instead (the baseline is `baseline`, else the first
+        of them); the view keeps its mode."""
         wanted, order, results = step_results(journals, run_ids)
         if baseline is not None and baseline not in wanted:
             raise InvalidArgumentError(f"baseline {baseline} is not one of the runs compared")
@@ -61,7 +69,6 @@ class CompareView(anywidget.AnyWidget):
             self.first_divergence = first_divergence(results, wanted, order)
             self.baseline = baseline if baseline is not None else wanted[0]
             self._diff()
-        self.observe(self._baseline_moved, names="baseline")
 
     def __repr__(self) -> str:
         return (

@@ -3,16 +3,16 @@
 A fork-point picker and a Fork button (plain ipywidgets) on top of a `RunTree` of the run's
 family, with a line saying what a press would fork: pressing Fork calls `workflow.fork(...)`,
 so the continuation runs the workflow code the notebook holds now; the new branch then
-appears in the tree and side by side with its source, which stays the run to fork. A Fan out
-button forks the same point many ways at once (`kx.fan_out`).
+appears in the tree and, in a `CompareView` below it, side by side with its source, which
+stays the run to fork. A Fan out button forks the same point many ways at once (`kx.fan_out`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import inspect
 import json
-from collections.abc import Coroutine
 from typing import Any
 
 import ipywidgets as widgets
@@ -21,10 +21,11 @@ import pandas as pd
 from kassette.codec import TERMINAL_TYPES
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore.branches import Branches, fan_out
-from kassette.explore.compare import FIRST_DIVERGENCE, compare
 from kassette.explore.frames import Journals, load
 from kassette.explore.lineage import STATUS_COLORS, lineage
+from kassette.explore.widgets._awaiting import settle
 from kassette.explore.widgets._rows import status_color
+from kassette.explore.widgets.compare import CompareView
 from kassette.explore.widgets.tree import RunTree
 from kassette.workflow import AsyncWorkflow, RunResult, Workflow
 
@@ -41,8 +42,10 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
     follows every change of run, offset or name; the press calls `fork()`. `fan_out_button`
     forks the same point into `fan_out_count` branches, or one per params object of the JSON
     list in `fan_out_params`, run concurrently (`fan_out()`, see `kx.fan_out`; `new_run_id`,
-    if given, is the branches' prefix). Assign `explorer.workflow` after redefining the
-    workflow to fork with the new code.
+    if given, is the branches' prefix). After a fork or a fan-out, `comparison` (a
+    `CompareView`, shown below the tree from the first one on) lines up the source and its
+    new branches step by step, diffed against the source. Assign `explorer.workflow` after
+    redefining the workflow to fork with the new code.
     """
 
     def __init__(
@@ -68,21 +71,20 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.fan_outs: list[Branches] = []
         self.target = widgets.HTML()
         self.status = widgets.HTML()
-        self.comparison = widgets.HTML()
         loaded = journals if journals is not None else load(workflow.storage)
-        self.tree = RunTree(_family(loaded, run_id), selected=run_id, workflow=workflow)
+        family = _family(loaded, run_id)
+        self.tree = RunTree(family, selected=run_id, workflow=workflow)
+        self.comparison = CompareView(family, [run_id])  # shown from the first fork on
         self._source = run_id
-        super().__init__(
-            [
-                widgets.HBox([self.step, self.offset]),
-                widgets.HBox([self.new_run_id, self.fork_button]),
-                widgets.HBox([self.fan_out_count, self.fan_out_params, self.fan_out_button]),
-                self.target,
-                self.status,
-                self.tree,
-                self.comparison,
-            ]
-        )
+        self._shown: list[Any] = [
+            widgets.HBox([self.step, self.offset]),
+            widgets.HBox([self.new_run_id, self.fork_button]),
+            widgets.HBox([self.fan_out_count, self.fan_out_params, self.fan_out_button]),
+            self.target,
+            self.status,
+            self.tree,
+        ]
+        super().__init__(self._shown)
         self.add_class("kassette-fork-explorer")
         self.target.add_class("kassette-fork-target")
         self.status.add_class("kassette-fork-status")
@@ -128,10 +130,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
             f"{len(branches)} branches ({html.escape(branches.run_ids[0])} …): {summary}"
             + _unreplayed_warning(unreplayed)
         )
-        frame = compare(journals, [source, *branches.run_ids])
-        self.comparison.value = frame.to_html(na_rep="", escape=True).replace(
-            f"<th>{FIRST_DIVERGENCE}</th>", "<th>first divergence</th>"
-        )
+        self._compare(journals, [source, *branches.run_ids])
         return branches
 
     def fork(self) -> RunResult | asyncio.Task[RunResult]:
@@ -143,16 +142,9 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         source, offset = self.source, self.offset.value
         new_run_id = self.new_run_id.value.strip() or None
         outcome = self.workflow.fork(source, offset=offset, new_run_id=new_run_id)
-        if isinstance(outcome, RunResult):
-            return self._forked(source, offset, outcome)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return self._forked(source, offset, asyncio.run(_awaited(outcome)))
-        task = loop.create_task(_awaited(outcome))
-        self.status.value = f"forking <b>{html.escape(source)}</b> at offset {offset}…"
-        task.add_done_callback(lambda done: self._finished(source, offset, done))
-        return task
+        if inspect.isawaitable(outcome):
+            self.status.value = f"forking <b>{html.escape(source)}</b> at offset {offset}…"
+        return settle(outcome, lambda result: self._forked(source, offset, result), self._failed)
 
     def __repr__(self) -> str:
         step = f" (step {self.step.value})" if self.step.value is not None else ""
@@ -174,12 +166,6 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         except Exception as exc:  # shown in the widget: a click has no caller to raise to
             self._failed(exc)
 
-    def _finished(self, source: str, offset: int, task: asyncio.Task[RunResult]) -> None:
-        try:
-            self._forked(source, offset, task.result())
-        except Exception as exc:
-            self._failed(exc)
-
     def _failed(self, exc: BaseException) -> None:
         self.status.value = (
             f"<span style='color:{STATUS_COLORS['failed']}'>"
@@ -197,11 +183,15 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
             f"<span style='color:{color}'>{html.escape(result.status)}</span>"
             + _unreplayed_warning(list(result.unreplayed))
         )
-        frame = compare(journals, [source, result.run_id])
-        self.comparison.value = frame.to_html(na_rep="", escape=True).replace(
-            f"<th>{FIRST_DIVERGENCE}</th>", "<th>first divergence</th>"
-        )
+        self._compare(journals, [source, result.run_id])
         return result
+
+    def _compare(self, journals: Journals, run_ids: list[str]) -> None:
+        """Line up the source (the baseline) and its new branches below the tree."""
+        self.comparison.update(journals, run_ids, baseline=run_ids[0])
+        if self.comparison not in self._shown:
+            self._shown.append(self.comparison)
+            self.children = tuple(self._shown)
 
     def _show_family(self, source: str) -> Journals:
         """Reload the source's fork family into the tree, the source still picked."""
@@ -293,10 +283,6 @@ def _unreplayed_warning(steps: list[str]) -> str:
         f"replay the recorded step{'s' if len(steps) > 1 else ''} {names} of the copied "
         "prefix (renamed or removed?)</span>"
     )
-
-
-async def _awaited(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:
-    return await coroutine
 
 
 def _family(journals: Journals, run_id: str) -> Journals:
