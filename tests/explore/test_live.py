@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -9,8 +10,16 @@ from typing import Any
 
 import pytest
 
-from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, kassette
+from kassette import (
+    AsyncContext,
+    InvalidArgumentError,
+    LocalStorage,
+    MemoryStorage,
+    TerminalRunError,
+    kassette,
+)
 from kassette import explore as kx
+from kassette.core import read_journal
 from kassette.explore.widgets import live
 from kassette.testing import FakeClock
 
@@ -99,6 +108,67 @@ def test_resume_from_the_tree_calls_the_workflow(tmp_path: Path) -> None:
     assert not bare.can_resume
     with pytest.raises(InvalidArgumentError, match="no workflow"):
         bare.resume("review", {})
+
+
+def async_reviewed(storage: Any) -> Any:
+    @kassette(storage=storage, clock=FakeClock())
+    async def agent(ctx: AsyncContext, task: str) -> Any:
+        await ctx.step("plan", lambda: f"plan {task}")
+        await asyncio.sleep(0)
+        return await ctx.suspend("review", reason="check")
+
+    return agent
+
+
+def test_resume_from_the_tree_awaits_an_async_workflow_without_a_running_loop(
+    tmp_path: Path,
+) -> None:
+    storage = LocalStorage(tmp_path / "store")
+    agent = async_reviewed(storage)
+    asyncio.run(agent.start("t", run_id="waiting"))
+    tree = kx.RunTree(kx.load(storage), workflow=agent)
+    assert tree.can_resume and tree.details["status"] == "suspended"
+    tree._message(tree, {"kind": "resume", "event": "review", "value": '{"ok": true}'})
+    assert tree.message == "resumed review: success"  # awaited to the end: asyncio.run
+    assert tree.nodes["waiting"].status == "completed"
+    tree._message(tree, {"kind": "resume", "event": "review", "value": "{}"})
+    assert tree.message.startswith("TerminalRunError")  # shown, not raised
+    tree._message(tree, {"kind": "resume", "event": "review", "value": "{oops"})
+    assert tree.message.startswith("JSONDecodeError")
+
+
+def test_resume_from_the_tree_runs_an_async_workflow_on_the_running_loop(tmp_path: Path) -> None:
+    """As in Jupyter, where the form's message arrives on the kernel's running event loop."""
+    storage = LocalStorage(tmp_path / "store")
+    agent = async_reviewed(storage)
+
+    async def notebook() -> None:
+        for run_id in ("first", "second"):
+            await agent.start("t", run_id=run_id)
+        tree = kx.RunTree(kx.load(storage), workflow=agent, selected="first")
+        tree._message(tree, {"kind": "resume", "event": "review", "value": '{"ok": true}'})
+        assert tree.message == "resuming review…"  # a task on this loop: it has not run yet
+        assert tree.nodes["first"].status == "suspended"
+        await wait_for_message(tree, "resumed")
+        assert tree.message == "resumed review: success"
+        assert tree.nodes["first"].status == "completed"  # read again when the task ended
+        assert tree.nodes["second"].status == "suspended"
+        task = tree.resume("review", {})  # again: the error comes when the task ends
+        assert isinstance(task, asyncio.Task)
+        await wait_for_message(tree, "TerminalRunError")
+        assert task.done() and isinstance(task.exception(), TerminalRunError)
+
+    asyncio.run(notebook())
+    assert read_journal(storage, "first").entries[-1]["type"] == "complete"
+    assert read_journal(storage, "second").entries[-1]["type"] == "suspend"
+
+
+async def wait_for_message(tree: Any, start: str) -> None:
+    for _ in range(500):  # 5 s at most
+        if tree.message.startswith(start):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the tree's message is still {tree.message!r}")
 
 
 def test_watch_needs_a_storage_and_a_positive_interval() -> None:

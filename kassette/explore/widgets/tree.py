@@ -9,6 +9,7 @@ headless too: `select()`, `nodes`, `legend`, `details` and `entries` are plain d
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore.frames import Journals
 from kassette.explore.lineage import lineage
 from kassette.explore.widgets._assets import css, esm
+from kassette.explore.widgets._awaiting import settle
 from kassette.explore.widgets._rows import (
     PAGE,
     TreeNode,
@@ -126,15 +128,21 @@ class RunTree(anywidget.AnyWidget):
         return self._watcher is not None
 
     def resume(self, event: str, value: Any = None) -> Any:
-        """`workflow.resume(selected, event, value)`, as the details panel's resume form does."""
+        """`workflow.resume(selected, event, value)`, as the details panel's resume form does;
+        then the tree reads the journals again and `message` says how the run ended.
+
+        An `AsyncWorkflow`'s resume is awaited: as a task on the running event loop when there
+        is one (as in Jupyter), which is returned at once (`message` says how it ended, an
+        error included), else to the end with `asyncio.run`.
+        """
         if self.workflow is None:
             raise InvalidArgumentError("this tree has no workflow to resume runs with: pass one")
         if self.selected is None:
             raise InvalidArgumentError("no run is selected")
-        result = self.workflow.resume(self.selected, event, value)
-        if self.journals.storage is not None:
-            self.refresh()
-        return result
+        outcome = self.workflow.resume(self.selected, event, value)
+        if inspect.isawaitable(outcome):
+            self.message = f"resuming {event}…"
+        return settle(outcome, lambda result: self._resumed(event, result), self._failed)
 
     def refresh(self) -> None:
         """Read the journals that changed since they were shown, and show them."""
@@ -142,6 +150,15 @@ class RunTree(anywidget.AnyWidget):
             journals = refreshed(self.journals)
             if journals is not None:
                 self.update(journals)
+
+    def _resumed(self, event: str, result: Any) -> Any:
+        if self.journals.storage is not None:
+            self.refresh()
+        self.message = f"resumed {event}: {getattr(result, 'status', '')}"
+        return result
+
+    def _failed(self, exc: BaseException) -> None:
+        self.message = f"{type(exc).__name__}: {exc}"
 
     def _stopped(self, why: str) -> None:
         self._watcher = None
@@ -208,9 +225,6 @@ class RunTree(anywidget.AnyWidget):
             return
         try:
             text = content.get("value") or "null"
-            result = self.resume(str(content.get("event")), json.loads(text))
+            self.resume(str(content.get("event")), json.loads(text))
         except Exception as exc:  # shown in the widget: a click has no caller to raise to
-            self.message = f"{type(exc).__name__}: {exc}"
-        else:
-            status = getattr(result, "status", "")
-            self.message = f"resumed {content.get('event')}: {status}"
+            self._failed(exc)
