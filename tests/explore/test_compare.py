@@ -120,8 +120,11 @@ def test_compare_view_aligns_50_branches_with_diffs_against_a_baseline() -> None
         "+variant 1",
         " line three",
     ]
+    assert len(view.groups) == 7  # branches whose every step is the same, baseline's first
+    assert view.groups[0][:3] == ["b00", "b07", "b14"] and view.groups[1][0] == "b01"
     view.baseline = "b01"
     assert "b00" in view.diffs and "b01" not in view.diffs
+    assert view.groups[0][:2] == ["b01", "b08"]
     assert view.diffs["b00"][1][2:4] == ["-variant 1", "+variant 0"]
     view.baseline = "nope"  # a stale choice from the browser
     assert view.baseline == "b01"

@@ -19,8 +19,18 @@ function render({ model, el }) {
     h("option", { value: "values" }, "values"),
     h("option", { value: "diff" }, "diff vs baseline"));
   const baseSelect = h("select", { class: "kx-baseline", "aria-label": "baseline" });
+  const groupBox = h("input", { type: "checkbox", class: "kx-group" });
+  const groupLabel = h("span", { class: "kx-group-label" });
   const scroller = h("div", { class: "kx-scroll" });
-  el.append(h("div", { class: "kx-root" }, banner, h("div", { class: "kx-bar" }, "show ", modeSelect, " baseline ", baseSelect), scroller));
+  el.append(
+    h(
+      "div",
+      { class: "kx-root" },
+      banner,
+      h("div", { class: "kx-bar" }, "show ", modeSelect, " baseline ", baseSelect, " ", h("label", {}, groupBox, groupLabel)),
+      scroller,
+    ),
+  );
 
   function draw() {
     const steps = model.get("steps") || [];
@@ -30,7 +40,11 @@ function render({ model, el }) {
     const baseline = model.get("baseline");
     const divergence = model.get("first_divergence");
     const mode = model.get("mode");
+    const groups = model.get("groups") || runs.map((r) => [r]);
+    const grouped = model.get("group");
     modeSelect.value = mode;
+    groupBox.checked = grouped;
+    groupLabel.textContent = ` one column per distinct branch (${groups.length} of ${runs.length})`;
     baseSelect.replaceChildren(...runs.map((r) => h("option", { value: r }, r)));
     baseSelect.value = baseline;
     banner.replaceChildren();
@@ -46,15 +60,29 @@ function render({ model, el }) {
       });
       banner.append("first divergence: step ", jump, ` (${differ} of ${runs.length - 1} branches differ from ${baseline} there)`);
     }
-    const head = h("tr", {}, h("th", { class: "kx-step" }, "step"),
-      ...runs.map((r) => h("th", { class: r === baseline ? "kx-base" : "", title: r }, r, r === baseline ? " (baseline)" : "")));
+    // a column per run, or per group of runs whose every step is the same (shown by one of them)
+    const columns = grouped ? groups : runs.map((r) => [r]);
+    const shown = columns.map((members) => (members.includes(baseline) ? baseline : members[0]));
+    const header = (members, r) => {
+      const differing = (diffs[r] || []).filter((lines) => lines.length).length;
+      const how = r === baseline ? "baseline" : differing ? `differs at ${differing} step${differing === 1 ? "" : "s"}` : "same as baseline";
+      const others = members.filter((m) => m !== r);
+      return h(
+        "th",
+        { class: (r === baseline ? "kx-base" : "") + (r !== baseline && !differing ? " kx-same" : ""), title: members.join(", ") },
+        h("div", { class: "kx-name" }, r, others.length ? ` +${others.length}` : ""),
+        h("div", { class: "kx-how" }, others.length ? `${members.length} branches · ${how}` : how),
+        others.length ? h("div", { class: "kx-members" }, others.join(", ")) : null,
+      );
+    };
+    const head = h("tr", {}, h("th", { class: "kx-step" }, "step"), ...columns.map((members, k) => header(members, shown[k])));
     const rows = steps.map((step, i) => {
       const base = (cells[baseline] || [])[i];
       return h(
         "tr",
         { class: step === divergence ? "kx-divergent" : "", "data-step": step },
         h("th", { class: "kx-step" }, step),
-        ...runs.map((r) => {
+        ...shown.map((r) => {
           const text = (cells[r] || [])[i];
           const differs = r !== baseline && text !== base;
           const td = h("td", { class: (differs ? "kx-differs" : "") + (text === null ? " kx-missing" : "") });
@@ -76,7 +104,11 @@ function render({ model, el }) {
     model.set("baseline", baseSelect.value);
     model.save_changes();
   });
-  const names = ["steps", "runs", "cells", "diffs", "baseline", "first_divergence", "mode"];
+  groupBox.addEventListener("change", () => {
+    model.set("group", groupBox.checked);
+    model.save_changes();
+  });
+  const names = ["steps", "runs", "cells", "diffs", "baseline", "first_divergence", "mode", "groups", "group"];
   for (const name of names) model.on(`change:${name}`, draw);
   draw();
   return () => {

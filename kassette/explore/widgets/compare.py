@@ -31,7 +31,9 @@ class CompareView(anywidget.AnyWidget):
     """Branches `run_ids` of `journals` side by side; `baseline` (default: the first) is what
     the others are diffed against. `steps`, `runs`, `cells` (run id -> text per step, None
     where the run has no such step), `diffs` (run id -> diff lines per step, empty where equal)
-    and `first_divergence` are the data the view draws; `mode` is "values" or "diff"."""
+    and `first_divergence` are the data the view draws; `mode` is "values" or "diff".
+    `groups` lists the runs whose every cell is the same (the baseline's group first); with
+    `group` set the view shows one column per group instead of one per run."""
 
     _esm = esm("compare.js")
     _css = css("compare.css")
@@ -43,6 +45,8 @@ class CompareView(anywidget.AnyWidget):
     diffs = traitlets.Dict().tag(sync=True)
     first_divergence = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     mode = traitlets.Unicode("values").tag(sync=True)
+    groups: traitlets.List[Any] = traitlets.List().tag(sync=True)
+    group = traitlets.Bool(False).tag(sync=True)
 
     def __init__(
         self, journals: Journals, run_ids: Iterable[str], *, baseline: str | None = None
@@ -89,6 +93,10 @@ class CompareView(anywidget.AnyWidget):
             for run_id in self.runs
             if run_id != self.baseline
         }
+        alike: dict[tuple[str | None, ...], list[str]] = {}
+        for run_id in self.runs:
+            alike.setdefault(tuple(self.cells[run_id]), []).append(run_id)
+        self.groups = sorted(alike.values(), key=lambda runs: self.baseline not in runs)
 
 
 def _shown(results: dict[str, Any], step_id: str) -> str | None:
