@@ -201,20 +201,43 @@ def lab_environment(root: Path) -> dict[str, str]:
 
 
 def fork_notebook(path: Path) -> None:
-    """A notebook that records two runs into files beside it and shows a ForkExplorer."""
+    """A notebook that records two runs into files beside it and shows a ForkExplorer.
+
+    Its fake model drafts one of three parsers, picked by the run id, so branches differ."""
     cells = [
         """\
 from kassette import LocalStorage, kassette
 from kassette import explore as kx
 
 storage = LocalStorage("journals")
+DRAFTS = [
+    "def parse(s):\\n    y, m, d = s.split('-')\\n    return int(y), int(m), int(d)",
+    "import re\\n\\ndef parse(s):\\n    return tuple(map(int, re.findall(r'\\\\d+', s)))",
+    "from datetime import date\\n\\ndef parse(s):\\n    d = date.fromisoformat(s)\\n"
+    "    return d.year, d.month, d.day",
+]
+
+
+def draft(run_id):
+    return DRAFTS[sum(map(ord, run_id)) % len(DRAFTS)]
+
+
+def run_tests(code):
+    namespace, passed = {}, {}
+    exec(code, namespace)
+    for text in ("2026-05-08", "2026-5-8"):
+        try:
+            passed[text] = namespace["parse"](text) == (2026, 5, 8)
+        except ValueError:
+            passed[text] = False
+    return passed
 
 
 @kassette(storage=storage, version="coder-v1")
 def coder(ctx, task):
     plan = ctx.step("plan", lambda: f"plan for {task}")
-    code = ctx.step("implement", lambda: f"code for {plan}")
-    return ctx.step("test", lambda: f"{code}: passes")
+    code = ctx.step("implement", lambda: draft(ctx.run_id))
+    return ctx.step("test", lambda: run_tests(code))
 
 
 coder.start("parse dates", run_id="main")
@@ -520,10 +543,16 @@ def test_clicking_a_run_tree_node_shows_its_entries(lab: Lab) -> None:
     expect(node(panel, "INC-4823")).not_to_have_class(SELECTED)
 
 
+def journal_files(lab: Lab) -> set[str]:
+    return {path.name for path in (lab.root / "journals").glob("*.jsonl")}
+
+
 def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) -> None:
+    """Every step waits for what the kernel sends back (a text, a count) before the next, with
+    the page's timeout: no sleep, and no step that assumes the kernel has already answered."""
     panel = lab.run(FORK_NOTEBOOK)
-    journals = lab.root / "journals"
-    assert sorted(path.name for path in journals.glob("*.jsonl")) == ["main.jsonl", "retest.jsonl"]
+    before = journal_files(lab)
+    assert {"main.jsonl", "retest.jsonl"} <= before
     target = panel.locator(".kassette-fork-target")
     expect(target).to_have_text(
         "Fork will branch main at offset 1 into a new run (random id): "
@@ -531,11 +560,18 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     )
     details = panel.locator(".kassette-details")
     node(panel, "retest").click()
-    expect(details.locator("p")).to_contain_text("retest completed, forked from main at offset 3")
+    expect(details.locator("p.kx-title")).to_contain_text(
+        "retest completed, forked from main at offset 3"
+    )
     expect(target).to_contain_text("Fork will branch retest at offset")
     node(panel, "main").click()
     expect(target).to_contain_text("Fork will branch main at offset 1")
-    panel.locator(".kassette-fork-explorer select").select_option(label="implement (offset 2)")
+    step = panel.locator(".kassette-fork-step select")
+    expect(step.locator("option")).to_have_text(
+        ["(by offset)", "plan (offset 1)", "implement (offset 2)", "test (offset 3)"]
+    )  # main's steps (retest's test step is at offset 4)
+    step.select_option(label="implement (offset 2)")
+    expect(target).to_contain_text("Fork will branch main at offset 2 into a new run")
     panel.locator(".kassette-fork-explorer input[placeholder='(random id)']").fill("rewrite")
     expect(target).to_have_text(
         "Fork will branch main at offset 2 into rewrite: "
@@ -543,17 +579,73 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     )
     panel.locator(".kassette-fork-explorer button", has_text="Fork").click()
     status = panel.locator(".kassette-fork-status")
-    expect(status).to_have_text("forked main at offset 2 into rewrite: success")
-    expect(panel.locator(".kassette-forest .kassette-node")).to_have_count(3)
+    expect(status).to_have_text("forked main at offset 2 into rewrite: success", timeout=WAIT * 3)
+    expect(panel.locator(".kassette-forest .kassette-node")).to_have_count(len(before) + 1)
     expect(node(panel, "rewrite")).to_have_text("rewrite · @2 · 3 steps")
     # the source stays the run picked: the next press forks main again
     expect(details.locator("p b").first).to_have_text("main")
     expect(target).to_contain_text("Fork will branch main at offset 2")
-    written = sorted(path.name for path in journals.glob("*.jsonl"))
-    assert written == ["main.jsonl", "retest.jsonl", "rewrite.jsonl"]
-    journal = read_journal(LocalStorage(journals), "rewrite")
+    compared = panel.locator(".kassette-fork-explorer .kassette-compare")
+    expect(compared.locator("thead .kx-name")).to_have_text(["main", "rewrite"])
+    expect(compared.locator("thead .kx-how")).to_have_text(["baseline", "differs at 2 steps"])
+    expect(compared.locator(".kx-banner")).to_contain_text("first divergence: step implement")
+    assert journal_files(lab) == before | {"rewrite.jsonl"}
+    journal = read_journal(LocalStorage(lab.root / "journals"), "rewrite")
     assert journal.entries[2]["source"] == {"runId": "main", "fromOffset": 2}
     assert journal.entries[-1]["type"] == "complete"
+
+
+FAN_OUT = 20
+
+
+def test_pressing_fan_out_adds_n_branches_to_the_tree_and_n_journal_files(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """Fan out 20 branches of main at its implement step from the page: the tree grows by 20,
+    20 journal files appear, and the CompareView lines them up against main (screenshots)."""
+    panel = lab.run(FORK_NOTEBOOK)
+    before = journal_files(lab)
+    runs = panel.locator(".kassette-fork-explorer .kx-count")
+    expect(runs).to_have_text(f"{len(before)} runs")  # every run here is in main's family
+    node(panel, "main").click()
+    target = panel.locator(".kassette-fork-target")
+    expect(target).to_contain_text("Fork will branch main at offset")
+    panel.locator(".kassette-fork-step select").select_option(label="implement (offset 2)")
+    expect(target).to_contain_text("Fork will branch main at offset 2")
+    panel.locator(".kassette-fork-explorer input[placeholder='(random id)']").fill("wide")
+    expect(target).to_contain_text("at offset 2 into wide:")  # the kernel has the prefix
+    count = panel.locator(".kassette-fan-out-count input")
+    count.fill(str(FAN_OUT))
+    count.press("Enter")  # an integer field sends its value on Enter (or on leaving it)
+    fan_out = panel.locator(".kassette-fork-explorer button", has_text="Fan out")
+    fan_out.click()
+    status = panel.locator(".kassette-fork-status")
+    expect(status).to_contain_text(
+        f"fanned out main at offset 2 into {FAN_OUT} branches (wide.0 …): {FAN_OUT} success",
+        timeout=WAIT * 3,
+    )
+    expect(runs).to_have_text(f"{len(before) + FAN_OUT} runs")
+    expect(node(panel, f"wide.{FAN_OUT - 1}")).to_have_count(1)
+    branches = {f"wide.{number}.jsonl" for number in range(FAN_OUT)}
+    assert journal_files(lab) == before | branches
+    for number in (0, FAN_OUT - 1):
+        journal = read_journal(LocalStorage(lab.root / "journals"), f"wide.{number}")
+        assert journal.entries[2]["source"] == {"runId": "main", "fromOffset": 2}
+    compared = panel.locator(".kassette-fork-explorer .kassette-compare")
+    expect(compared.locator("thead th")).to_have_count(2 + FAN_OUT)  # step, main, branches
+    expect(compared.locator("thead .kx-name").first).to_have_text("main")
+    expect(compared.locator(".kx-banner")).to_contain_text("first divergence: step implement")
+    explorer = panel.locator(".kassette-fork-explorer")
+    explorer.screenshot(path=tmp_path / "fork-explorer-20-branches.png")
+    compared.locator(".kx-mode").select_option("diff")
+    expect(compared.locator(".kx-diff").first).to_be_visible()
+    compared.screenshot(path=tmp_path / "compare-20-branches-diff.png")
+    # the fake model has three drafts: one column for each, headed by who wrote it
+    compared.locator("input.kx-group").check()
+    expect(compared.locator("thead th")).to_have_count(1 + 3)
+    expect(compared.locator("thead .kx-name").first).to_have_text(re.compile(r"^main \+\d+$"))
+    compared.screenshot(path=tmp_path / "compare-20-branches-grouped.png")
+    print(f"screenshots: {tmp_path}")
 
 
 def no_widget_errors(lab: Lab, notebook: str, panel: Locator) -> None:

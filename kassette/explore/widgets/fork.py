@@ -88,6 +88,8 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.add_class("kassette-fork-explorer")
         self.target.add_class("kassette-fork-target")
         self.status.add_class("kassette-fork-status")
+        self.step.add_class("kassette-fork-step")
+        self.fan_out_count.add_class("kassette-fan-out-count")
         self.step.observe(self._step_chosen, names="value")
         self.offset.observe(self._offset_moved, names="value")
         self.new_run_id.observe(self._describe_target, names="value")
