@@ -249,6 +249,36 @@ coder.fork("main", step="test", new_run_id="retest")""",
     nbformat.write(notebook, path)
 
 
+RESUME_NOTEBOOK = "resume-async.ipynb"
+
+
+def resume_notebook(path: Path) -> None:
+    """A notebook with an async workflow's run waiting for approval, in a RunTree that can
+    resume it (the form's message reaches the kernel on its running event loop)."""
+    cells = [
+        """\
+from kassette import LocalStorage, kassette
+from kassette import explore as kx
+
+waiting = LocalStorage("waiting")
+
+
+@kassette(storage=waiting, version="review-v1")
+async def review(ctx, draft):
+    checked = await ctx.step("check", lambda: f"checked {draft}")
+    verdict = await ctx.suspend("approval", reason="a human reads the draft")
+    return {"draft": checked, "approved": verdict["approved"]}
+
+
+await review.start("the parser", run_id="draft-1")
+tree = kx.RunTree(kx.load(waiting), workflow=review)
+tree""",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(notebook, path)
+
+
 MANY_NOTEBOOK = "many-runs.ipynb"
 MANY_RUNS = 10_000
 
@@ -417,6 +447,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     for notebook in NOTEBOOKS:
         shutil.copy(notebook, work / notebook.name)
     fork_notebook(work / FORK_NOTEBOOK)
+    resume_notebook(work / RESUME_NOTEBOOK)
     many_notebook(work / MANY_NOTEBOOK)
     timeline_notebook(work / TIMELINE_NOTEBOOK)
     (work / "saved").mkdir()
@@ -593,6 +624,28 @@ def test_pressing_fork_adds_a_branch_to_the_tree_and_a_journal_file(lab: Lab) ->
     journal = read_journal(LocalStorage(lab.root / "journals"), "rewrite")
     assert journal.entries[2]["source"] == {"runId": "main", "fromOffset": 2}
     assert journal.entries[-1]["type"] == "complete"
+
+
+def test_the_resume_form_resumes_an_async_workflow_from_the_page(lab: Lab) -> None:
+    """The form calls the AsyncWorkflow's resume on the kernel's running loop (a task): the
+    panel says so, then how the run ended, and the run is complete in its journal."""
+    panel = lab.run(RESUME_NOTEBOOK)
+    no_widget_errors(lab, RESUME_NOTEBOOK, panel)
+    details = panel.locator(".kassette-details")
+    expect(details.locator("p.kx-title")).to_contain_text("draft-1 suspended")
+    form = details.locator(".kx-resume-form")
+    expect(form.locator(".kx-event option")).to_have_text(["approval"])
+    form.locator("textarea").fill('{"approved": true}')
+    form.locator("button", has_text="Resume").click()
+    expect(details.locator(".kx-message")).to_have_text(
+        "resumed approval: success", timeout=WAIT * 3
+    )
+    expect(details.locator("p.kx-title")).to_contain_text("draft-1 completed")
+    expect(node(panel, "draft-1")).to_have_attribute("title", "draft-1: completed")
+    expect(form).to_have_count(0)  # nothing to resume any more
+    journal = read_journal(LocalStorage(lab.root / "waiting"), "draft-1")
+    assert journal.entries[-1]["type"] == "complete"
+    assert journal.entries[-1]["result"] == {"draft": "checked the parser", "approved": True}
 
 
 FAN_OUT = 20
