@@ -242,6 +242,7 @@ def test_the_fork_runs_the_workflow_code_the_notebook_has_now(scenario: Scenario
         return {"code": code}
 
     explorer.workflow = agent
+    assert explorer.tree.workflow is agent  # the tree's resume form resumes with it too
     explorer.step.value = "implement"
     explorer.new_run_id.value = "v2"
     explorer.fork_button.click()

@@ -55,7 +55,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         *,
         journals: Journals | None = None,
     ) -> None:
-        self.workflow = workflow
+        self._workflow = workflow
         self.results: list[RunResult] = []
         self.step = widgets.Dropdown(description="step", options=[("(by offset)", None)])
         self.offset = widgets.IntSlider(description="offset", min=0, max=0)
@@ -97,6 +97,17 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.fork_button.on_click(self._clicked)
         self.fan_out_button.on_click(self._fan_out_clicked)
         self._source_chosen()
+
+    @property
+    def workflow(self) -> Workflow[Any, Any] | AsyncWorkflow[Any, Any]:
+        """The workflow Fork, Fan out and the tree's resume form call: assign the notebook's
+        new definition to fork (and resume) with the new code."""
+        return self._workflow
+
+    @workflow.setter
+    def workflow(self, workflow: Workflow[Any, Any] | AsyncWorkflow[Any, Any]) -> None:
+        self._workflow = workflow
+        self.tree.workflow = workflow
 
     @property
     def source(self) -> str:
