@@ -47,6 +47,7 @@ __all__ = [
     "decode_line",
     "encode",
     "encode_with",
+    "escapes_surrogate",
     "event_id",
     "event_name",
     "format_timestamp",
@@ -55,6 +56,7 @@ __all__ = [
     "parse_timestamp",
     "plain",
     "read_entry",
+    "shallow",
     "to_json",
     "too_deep",
     "validate_name",
@@ -263,7 +265,19 @@ def plain(line: bytes) -> bool:
     deeper than `MAX_LINE_DEPTH`, and no escape that may be a lone surrogate. For a reader that
     skips decoding a line (the status of a run does not need a step's result); a line this is
     False for may still decode: decode it to know."""
-    return not too_deep(line) and (b"\\u" not in line or not _ESCAPED_SURROGATE.search(line))
+    return not too_deep(line) and not escapes_surrogate(line)
+
+
+def shallow(data: bytes) -> bool:
+    """Whether no line of `data` can nest deeper than `MAX_LINE_DEPTH`, told by counting its
+    opening brackets, all lines at once (see `too_deep`). False says nothing about a line."""
+    return data.count(b"[") + data.count(b"{") <= MAX_LINE_DEPTH
+
+
+def escapes_surrogate(data: bytes) -> bool:
+    """Whether `data` holds an escape that may be a lone surrogate (`\\ud800`); for several
+    lines at once, True if any line does (the pattern never spans a line)."""
+    return _ESCAPED_SURROGATE.search(data) is not None  # faster than `b"\\u" in data` first
 
 
 def too_deep(data: bytes, limit: int = MAX_LINE_DEPTH) -> bool:
@@ -271,7 +285,7 @@ def too_deep(data: bytes, limit: int = MAX_LINE_DEPTH) -> bool:
     without recursion (what it protects is the recursive decoder). A text with fewer brackets
     than that cannot be; otherwise strings are cut out and innermost pairs removed, a level at
     a time. A text the removal cannot empty is malformed: left for the parser to refuse."""
-    if data.count(b"[") + data.count(b"{") <= limit:
+    if data.count(b"[") + data.count(b"{") <= limit:  # what `shallow` tells for all lines
         return False
     brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
     for _ in range(limit):

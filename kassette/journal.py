@@ -35,13 +35,15 @@ from kassette.codec import (
     check_json,
     decode_line,
     encode,
+    escapes_surrogate,
     event_id,
     event_name,
     format_timestamp,
     new_run_id,
     parse_timestamp,
-    plain,
     read_entry,
+    shallow,
+    too_deep,
     validate_name,
 )
 from kassette.errors import (
@@ -101,7 +103,7 @@ _T = TypeVar("_T")
 # a step line as kassette and upstream write it: the envelope in this order, `stepId`, `name`
 _STEP_LINE = re.compile(
     rb'\{"type":"step","session":([1-9][0-9]{0,17}),"offset":([0-9]{1,18}),'
-    rb'"timestamp":"([^"\\]*)","stepId":"(?:[^"\\]|\\.)*","name":"'
+    rb'"timestamp":"([^"\\]*)","stepId":"[^"\\]*(?:\\.[^"\\]*)*","name":"'
 )
 
 
@@ -249,21 +251,31 @@ class Journal:
         `dump` and `kassette.explore`.
         Every other line is decoded and checked as `parse` does.
         """
+        data = bytes(data)
+        end = data.rfind(b"\n") + 1  # the complete lines end here; a torn line may follow
+        # Checks that hold for every line when they hold for all of them at once, made in C
+        # over the whole journal (the torn line too, which can only fail them); a step line
+        # is checked on its own for what they do not show.
+        text = data.isascii() or _is_text(data[:end])
+        few_brackets = shallow(data)
+        no_escape = not escapes_surrogate(data)
         state, max_session, steps, count = RunState(), 0, 0, 0
         stamps: dict[int, Any] = {}  # the timestamps `created_at` may need: entry 0, non-steps
         last: Any = None  # the last entry, or the match of the last step line
         session_text = b""  # a step line's session as written, while it repeats
         match_step = _STEP_LINE.match
-        lines = bytes(data).split(b"\n")
-        lines.pop()  # what follows the last newline: nothing, or a torn line
-        for number, line in enumerate(lines, 1):
-            step = match_step(line)
+        start = 0
+        while start < end:
+            stop = data.index(b"\n", start)
+            step = match_step(data, start, stop)
             if (
                 step is not None
                 and int(step[2]) == count
-                and line.endswith(b"}")
-                and (line.isascii() or _is_text(line))
-                and plain(line)
+                and data[stop - 1] == 0x7D  # `}`
+                and (
+                    (text and few_brackets and no_escape)
+                    or _plain_text(data[start:stop], text, few_brackets, no_escape)
+                )
             ):
                 if step[1] != session_text:
                     session_text = step[1]
@@ -271,7 +283,7 @@ class Journal:
                 steps += 1
                 last = step
             else:
-                last = read_entry(line, run_id, count, number)
+                last = read_entry(data[start:stop], run_id, count, count + 1)
                 max_session = max(max_session, last["session"])
                 if last["type"] == "step":
                     steps += 1
@@ -279,12 +291,13 @@ class Journal:
                     state = reduce_entry(state, last)
                 stamps[count] = last.get("timestamp")
             count += 1
+            start = stop + 1
         if type(last) is not dict and last is not None:  # a step line's match
             last = {"timestamp": last[3].decode("utf-8", UTF8_ERRORS)}
             if count == 1:
                 stamps[0] = last["timestamp"]
         if 0 not in stamps and count:  # entry 0 is a step line: read its envelope
-            stamps[0] = decode_line(lines[0]).get("timestamp")
+            stamps[0] = decode_line(data[: data.index(b"\n")]).get("timestamp")
         stamp = last.get("timestamp") if last is not None else None
         created = state.created_offset if state.created_offset is not None else 0
         return _status(run_id, state, max_session, count, steps, stamps.get(created), stamp)
@@ -430,6 +443,16 @@ def _status(
         error=state.error,
         created_at=created_at,
         updated_at=updated_at,
+    )
+
+
+def _plain_text(line: bytes, text: bool, few_brackets: bool, no_escape: bool) -> bool:
+    """Whether a step line reads as text and is `plain`, checking only what the journal-wide
+    checks (`text`, `few_brackets`, `no_escape`) did not show."""
+    return (
+        (text or _is_text(line))
+        and (few_brackets or not too_deep(line))
+        and (no_escape or not escapes_surrogate(line))
     )
 
 

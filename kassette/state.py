@@ -116,12 +116,15 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
                 params=_params(entry),
                 input=entry.get("metadata"),
             )
-        if state.version is None and version is not None:
-            state = state._replace(version=version)
+        if state.version is not None:
+            version = state.version
         if created is not None:
-            return state
-        return state._replace(
-            created_offset=entry["offset"], params=_params(entry), input=entry.get("metadata")
+            return state if version == state.version else state._replace(version=version)
+        return state._replace(  # one copy: a status fold reads a start in every run
+            version=version,
+            created_offset=entry["offset"],
+            params=_params(entry),
+            input=entry.get("metadata"),
         )
     if kind == "suspend":
         key = event_id(entry)

@@ -854,3 +854,47 @@ def test_status_without_step_bodies_still_finds_a_broken_step_envelope(line: byt
         Journal.parse(start + line + b"\n", "r")
     with pytest.raises(JournalCorruptionError):
         Journal.status_of(start + line + b"\n", "r")
+
+
+def _step_line(offset: int, result_json: bytes) -> bytes:
+    return (
+        b'{"type":"step","session":1,"offset":%d,"timestamp":"t","stepId":"s%d","name":"n",'
+        b'"result":%s}\n' % (offset, offset, result_json)
+    )
+
+
+# What the journal-wide checks cannot vouch for (each line is checked on its own then): more
+# brackets in all lines than one may nest, text beyond ASCII, an escape that may be a surrogate.
+WHOLE_JOURNAL_CHECKS_FAIL = {
+    "brackets": [b"[" * 60 + b"]" * 60, b"{" + b'"a":{' * 50 + b"}" * 51],
+    "text": [b'"\xc3\xa9t\xc3\xa9"', b'"\xe2\x82\xac"'],
+    "escapes": [b'"\\ud83d\\ude00"', b'"\\u00e9"'],
+}
+HOSTILE_RESULTS = {
+    "nested 102 deep": b"[" * 102 + b"]" * 102,
+    "invalid UTF-8": b'"\xff"',
+    "surrogate bytes": b'"\xed\xa0\x80"',
+    "escaped lone surrogate": b'"\\ud800"',
+}
+
+
+@pytest.mark.parametrize("valid", WHOLE_JOURNAL_CHECKS_FAIL)
+@pytest.mark.parametrize("hostile", [None, *HOSTILE_RESULTS])
+def test_status_checks_each_step_line_when_the_whole_journal_checks_cannot(
+    valid: str, hostile: str | None
+) -> None:
+    """Lines that are fine one by one but not all together take the per-line checks: the
+    status still equals the parsed journal's, and a hostile step line is still corruption."""
+    data = encode({"type": "start", "session": 1, "offset": 0, "timestamp": "t"})
+    for result in WHOLE_JOURNAL_CHECKS_FAIL[valid]:
+        data += _step_line(data.count(b"\n"), result)
+    if hostile is None:
+        assert Journal.status_of(data, "r") == Journal.parse(data, "r").status()
+        assert Journal.status_of(data, "r").steps == 2
+        return
+    data += _step_line(3, HOSTILE_RESULTS[hostile]) + _step_line(4, b"1")
+    with pytest.raises(JournalCorruptionError) as parsed:
+        Journal.parse(data, "r")
+    with pytest.raises(JournalCorruptionError) as status:
+        Journal.status_of(data, "r")
+    assert parsed.value.offset == status.value.offset == 3
