@@ -28,14 +28,15 @@ def storage(root: Path) -> LocalStorage:
 
 @pytest.fixture
 def journal_opens(monkeypatch: pytest.MonkeyPatch, root: Path) -> Iterator[list[str]]:
-    """The paths of every `os.open` of a journal file, in order."""
+    """The paths of every `os.open` of a journal file for writing, in order (`read` opens
+    one to read it whole and closes it)."""
     opened: list[str] = []
     real_open: Callable[..., int] = os.open
 
-    def counting_open(path: Any, *args: Any, **kwargs: Any) -> int:
-        if str(path).endswith(".jsonl"):
+    def counting_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".jsonl") and flags & (os.O_WRONLY | os.O_RDWR):
             opened.append(str(path))
-        return real_open(path, *args, **kwargs)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", counting_open)
     yield opened
