@@ -7,7 +7,9 @@ and GETs (an open of the finished run: its requests), and the latency of an appe
 of a step whose function returns at once, so the time is the journal's; the last column
 averages the final tenth of the run). Two S3 rows per size: `s3 single` is the layout before
 chunks (every append rewrites the whole journal, so bytes grow with the square of the run's
-length), `s3 chunked` the chunked layout (docs/object-storage-design.md). The exit status is 0
+length), `s3 chunked` the chunked layout (docs/object-storage-design.md), `s3 chunked, kept`
+the same with superseded chunks kept whole, as before they were emptied. `stored/journal` is
+the bytes of all the run's objects in the bucket over the journal's. The exit status is 0
 when the chunked layout sends at most 4x the journal at 1,000 steps (or the largest size run).
 
     python benchmarks/bench_s3.py [--steps 10 100 1000] [--result-bytes 200]
@@ -52,6 +54,7 @@ class Measurement:
     puts: int
     open_gets: int
     append_ms: list[float]
+    stored_bytes: int
 
     @property
     def ratio(self) -> float:
@@ -67,6 +70,7 @@ class Measurement:
             f"{self.journal_bytes:,}",
             f"{self.sent_bytes:,}",
             f"{self.ratio:.2f}x",
+            f"{self.stored_bytes / self.journal_bytes:.2f}x",
             str(self.puts),
             str(self.open_gets),
             f"{statistics.mean(latencies):.2f}",
@@ -82,6 +86,7 @@ HEADER = [
     "journal bytes",
     "bytes sent",
     "sent/journal",
+    "stored/journal",
     "PUTs",
     "GETs to open",
     "append mean ms",
@@ -98,6 +103,7 @@ def measure(
     result: str,
     sent: Callable[[], int],
     requests: Counter[str],
+    stored: Callable[[str], int],
 ) -> Measurement:
     run_id = f"bench-{steps}-{uuid.uuid4().hex[:8]}"
     before, puts = sent(), requests["PutObject"]
@@ -119,6 +125,7 @@ def measure(
         puts,
         requests["GetObject"] - gets,
         latencies,
+        stored(run_id),
     )
 
 
@@ -130,6 +137,12 @@ class _CountingLocal(LocalStorage):
     def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
         type(self).written += len(data)
         return super().append(run_id, data, token=token)
+
+
+class _Unemptied(S3Storage):
+    """S3Storage as it was before superseded chunks were emptied: they stay whole."""
+
+    _empty_superseded = False
 
 
 class _SingleObject(S3Storage):
@@ -173,7 +186,18 @@ def main(argv: list[str] | None = None) -> int:
     client.meta.events.register("before-call.s3", count_request)
     client.create_bucket(Bucket="kassette-bench")
     single = _SingleObject("kassette-bench", "single", client=client)
+    unemptied = _Unemptied("kassette-bench", "unemptied", client=client)
     chunked = S3Storage("kassette-bench", "chunked", client=client)
+
+    def in_bucket(storage: S3Storage) -> Callable[[str], int]:
+        def stored(run_id: str) -> int:  # the bytes of every object of the run
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket="kassette-bench", Prefix=f"{storage.prefix}/{run_id}/"
+            )
+            return sum(item["Size"] for page in pages for item in page.get("Contents", []))
+
+        return stored
+
     result = "x" * args.result_bytes
     local_requests: Counter[str] = Counter()
 
@@ -181,12 +205,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory() as directory:
             local = _CountingLocal(Path(directory) / "journals")
+            on_disk = lambda run_id: (local.path / f"{run_id}.jsonl").stat().st_size  # noqa: E731
             for steps in args.steps:
                 written = lambda: _CountingLocal.written  # noqa: E731
-                rows.append(measure("local", local, steps, result, written, local_requests))
+                rows.append(
+                    measure("local", local, steps, result, written, local_requests, on_disk)
+                )
                 sent = lambda: uploaded[0]  # noqa: E731
-                rows.append(measure("s3 single", single, steps, result, sent, requests))
-                rows.append(measure("s3 chunked", chunked, steps, result, sent, requests))
+                for name, storage in [
+                    ("s3 single", single),
+                    ("s3 chunked, kept", unemptied),
+                    ("s3 chunked", chunked),
+                ]:
+                    rows.append(
+                        measure(name, storage, steps, result, sent, requests, in_bucket(storage))
+                    )
     finally:
         client.close()
         server.stop()

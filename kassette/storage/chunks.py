@@ -21,8 +21,16 @@ Which of the three applies is a function of the head's bytes (and of whether chu
 exists), the same for every writer, so two writers holding the same state always race on the
 same object and exactly one wins. A full head leads to one chunk only: no writer rewrites a full
 head. Every `F`-th chunk also holds the `F - 1` small chunks before it, which it replaces for
-readers: a run of S chunks reads `S // F + S % F` of them. Small chunks so replaced are left in
-place (a reader never asks for them).
+readers: a run of S chunks reads `S // F + S % F` of them.
+
+Small chunks so replaced are *superseded* once a head naming the merged chunk is committed:
+the writer whose catch-up PUT committed it then overwrites them with empty objects
+(`Write.superseded`). They are emptied, not deleted, so that a chunk key, once created, stays
+created: that is what makes a seal's `If-None-Match: *` a compare-and-swap. Never before that
+commit, so every chunk the current head names is whole. A reader that read an older head may
+find one of its chunks empty: the head has moved since, so it reads the head again (see
+`S3Storage`); an empty or missing chunk under an unchanged head is corruption. A writer that
+crashes between its commit and emptying leaves those chunks whole: garbage no reader asks for.
 
 A reader GETs the head; a head without a header is the whole journal (one GET). A head with a
 header names its live chunks; when its tail is full the reader also asks for chunk S+1. Costs
@@ -46,6 +54,7 @@ __all__ = [
     "live_chunks",
     "parse_head",
     "plan_append",
+    "superseded_chunks",
 ]
 
 HEAD = "journal.jsonl"
@@ -71,6 +80,14 @@ def live_chunks(sealed: int, fanout: int) -> list[int]:
     """The chunks that hold a journal of `sealed` chunks, oldest first."""
     merged = sealed // fanout * fanout
     return [*range(fanout, merged + 1, fanout), *range(merged + 1, sealed + 1)]
+
+
+def superseded_chunks(sealed: int, fanout: int) -> list[int]:
+    """The small chunks no reader of a head with `sealed` chunks needs, to empty once that
+    head is committed: when chunk `sealed` merges, the small ones it replaces; else none."""
+    if sealed < fanout or sealed % fanout:
+        return []
+    return list(range(sealed - fanout + 1, sealed))
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,8 @@ class Write:
     head: Head | None  # the head this PUT writes; None when it seals a chunk
     chunks: tuple[bytes, ...]
     chunk_lines: int
+    superseded: tuple[str, ...] = ()
+    """Chunks to empty once this PUT is committed (a catch-up to a merged chunk)."""
 
     def view(self, etag: str, before: View | None) -> View:
         """The journal once this PUT succeeded with `etag`."""
@@ -208,8 +227,12 @@ def plan_append(view: View | None, data: bytes, policy: Policy = Policy()) -> Wr
     if not head.chunked:
         return _head_write(tail + data, view.head_etag, policy)
     if view.pending is not None:
-        caught_up = Head(data, True, head.sealed + 1, view.chunk_lines, *_rules(head))
-        return Write(HEAD, caught_up.encode(), view.head_etag, caught_up, *_chunks(view))
+        sealed = head.sealed + 1
+        caught_up = Head(data, True, sealed, view.chunk_lines, *_rules(head))
+        superseded = tuple(map(chunk_name, superseded_chunks(sealed, head.fanout)))
+        return Write(
+            HEAD, caught_up.encode(), view.head_etag, caught_up, *_chunks(view), superseded
+        )
     if not head.full:
         grown = Head(tail + data, True, head.sealed, head.first, *_rules(head))
         return Write(HEAD, grown.encode(), view.head_etag, grown, *_chunks(view))

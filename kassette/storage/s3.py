@@ -45,6 +45,7 @@ from kassette.storage import Snapshot, validate_run_id
 from kassette.storage.chunks import (
     CHUNKS,
     HEAD,
+    Head,
     Policy,
     View,
     check_view,
@@ -64,6 +65,7 @@ __all__ = ["S3Storage"]
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 _CACHED_RUNS = 64
 _PARALLEL_GETS = 8
+_READ_ATTEMPTS = 5  # heads read while chunks go away under a reader (see `_load`)
 _MAX_KEY_BYTES = 1024
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _REFUSED_CODES = frozenset(
@@ -84,6 +86,9 @@ class S3Storage:
     # when a head stops being the whole journal, and a new chunked head's rules: the
     # benchmark sets short_lines past any run to measure the single-object layout
     _policy = Policy()
+    # whether a commit that merges chunks empties the small ones it supersedes: the benchmark
+    # turns it off to measure what the bucket held before
+    _empty_superseded = True
 
     def __init__(self, bucket: str, prefix: str = "", client: S3Client | None = None) -> None:
         self.bucket = _validate_bucket(bucket)
@@ -130,6 +135,8 @@ class S3Storage:
         etag = self._put(action, run_id, key, write.body, if_match=write.if_match)
         after = write.view(etag, view)
         self._remember(run_id, after)
+        if write.superseded and self._empty_superseded:  # only now: the head is committed
+            self._empty_chunks(run_id, [self._base(run_id) + name for name in write.superseded])
         return after.token
 
     def list_runs(self) -> Iterator[str]:
@@ -194,36 +201,76 @@ class S3Storage:
                     raise _translate(_per_key_error(failure), "delete", self.bucket, key, run_id)
 
     def _load(self, run_id: str) -> View | None:
-        """The run's journal as it is now: its head, then its live chunks (None: no run)."""
-        base = self._base(run_id)
-        got = self._get(run_id, base + HEAD)
-        if got is None:
-            return None
-        body, etag = got
-        head = parse_head(body, run_id)
-        if not head.chunked:
-            view = View(head, etag)
-        else:
-            numbers = live_chunks(head.sealed, head.fanout)
-            probe = [head.sealed + 1] if head.full else []  # sealed already, maybe
-            names = [base + chunk_name(number) for number in numbers + probe]
-            found = dict(zip(numbers + probe, self._get_all(run_id, names), strict=True))
-            pending = found.get(head.sealed + 1)
-            if pending is not None:
-                numbers = live_chunks(head.sealed + 1, head.fanout)
-            missing = [number for number in numbers if found[number] is None]
-            if missing:
+        """The run's journal as it is now: its head, then its live chunks (None: no run).
+
+        A chunk is emptied only once a head that does not name it is committed (see
+        `_empty_chunks`), so a chunk found empty or missing under the head read means the head
+        has moved since: the journal is read again from the new head (up to `_READ_ATTEMPTS`
+        heads). Under a head that has not moved, it is corruption.
+        """
+        head_key = self._base(run_id) + HEAD
+        got = self._get(run_id, head_key)
+        for _ in range(_READ_ATTEMPTS):
+            if got is None:
+                return None
+            body, etag = got
+            view = self._read_chunks(run_id, parse_head(body, run_id), etag)
+            if isinstance(view, View):
+                self._remember(run_id, view)
+                return view
+            again = self._get(run_id, head_key)
+            if again is not None and again[1] == etag:
                 raise JournalCorruptionError(
-                    f"run {run_id}: chunk {chunk_name(missing[0])} of its journal is missing",
+                    f"run {run_id}: chunk {chunk_name(view)} of its journal is missing",
                     run_id=run_id,
                 )
-            bodies = tuple(found[number][0] for number in numbers)  # type: ignore[index]
-            lines = sum(chunk.count(b"\n") for chunk in bodies)
-            view = check_view(
-                View(head, etag, bodies, lines, pending[1] if pending else None), run_id
-            )
-        self._remember(run_id, view)
-        return view
+            got = again
+        raise StorageError(
+            f"run {run_id}: its journal's head moved on {_READ_ATTEMPTS} times while its chunks "
+            "were read; read it again",
+            run_id=run_id,
+        )
+
+    def _read_chunks(self, run_id: str, head: Head, etag: str) -> View | int:
+        """The journal under `head`: its live chunks read, or the first one that is missing."""
+        if not head.chunked:
+            return View(head, etag)
+        base = self._base(run_id)
+        numbers = live_chunks(head.sealed, head.fanout)
+        probe = [head.sealed + 1] if head.full else []  # sealed already, maybe
+        names = [base + chunk_name(number) for number in numbers + probe]
+        found = dict(zip(numbers + probe, self._get_all(run_id, names), strict=True))
+        pending = found.get(head.sealed + 1)
+        if pending is not None and not pending[0]:  # emptied: superseded since the head was read
+            return head.sealed + 1
+        if pending is not None:
+            numbers = live_chunks(head.sealed + 1, head.fanout)
+        missing = [number for number in numbers if not (found[number] or (b"",))[0]]
+        if missing:
+            return missing[0]
+        bodies = tuple(found[number][0] for number in numbers)  # type: ignore[index]
+        lines = sum(chunk.count(b"\n") for chunk in bodies)
+        return check_view(View(head, etag, bodies, lines, pending[1] if pending else None), run_id)
+
+    def _empty_chunks(self, run_id: str, keys: list[str]) -> None:
+        """Replace superseded chunks with empty objects, as far as the store lets us: a refusal
+        or an outage only leaves them whole (the next merge empties them again), and the append
+        they follow has committed either way.
+
+        Emptied, not deleted: a seal is a PUT with `If-None-Match: *`, which only a chunk key
+        that stays created turns into a compare-and-swap. A writer holding a stale journal
+        would otherwise seal a deleted chunk again, be told it succeeded, and lose its entry
+        (no head would ever name that chunk). A chunk is never empty otherwise.
+        """
+
+        def empty(key: str) -> None:
+            with contextlib.suppress(KassetteError), self._boundary("empty", run_id, key):
+                self._client.put_object(Bucket=self.bucket, Key=key, Body=b"")
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(_PARALLEL_GETS, len(keys))) as pool:
+            list(pool.map(empty, keys))
 
     def _get(self, run_id: str, key: str) -> tuple[bytes, str] | None:
         """The object at `key` and its ETag, or None when there is none."""

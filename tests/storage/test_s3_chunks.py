@@ -107,10 +107,13 @@ def test_a_long_run_uploads_at_most_four_times_its_journal_one_put_per_append(
     snapshot = storage.read("long")
     assert snapshot is not None
     journal = Journal.parse(snapshot.data, "long")
-    assert len(journal.entries) == 302 and len(uploads) == 302  # start, 300 steps, complete
+    appends = [size for size in uploads if size]  # the others empty superseded chunks
+    assert len(journal.entries) == 302 and len(appends) == 302  # start, 300 steps, complete
     assert sum(uploads) <= 4 * len(snapshot.data)
     head = parse_head(client.get_object(Bucket=bucket, Key=f"runs/long/{HEAD}")["Body"].read(), "")
     assert head.chunked and head.sealed > head.fanout  # merged chunks too
+    merges = head.sealed // head.fanout
+    assert len(uploads) - len(appends) == merges * (head.fanout - 1)
     client.close()
 
 
@@ -382,3 +385,85 @@ def test_object_names_inside_the_journal_are_refused(
     with pytest.raises(InvalidArgumentError, match="journal"):
         storage.write_object("r1", name, b"x")
     assert keys(s3_client, bucket) == []
+
+
+# -- superseded chunks ----------------------------------------------------------------------
+
+
+def sizes(client: Any, bucket: str, prefix: str) -> dict[str, int]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {item["Key"]: item["Size"] for page in pages for item in page.get("Contents", [])}
+
+
+def test_a_merge_empties_the_small_chunks_it_replaces(s3_client: Any, bucket: str) -> None:
+    storage = S3Storage(bucket, "runs", client=s3_client)
+    with open_run(storage, "long", metadata=None) as run:
+        for number in range(300):
+            run.record(f"step-{number}", lambda: "x" * 200)
+        run.complete(None)
+    snapshot = storage.read("long")
+    assert snapshot is not None and len(Journal.parse(snapshot.data, "long").entries) == 302
+    head = parse_head(
+        s3_client.get_object(Bucket=bucket, Key=f"runs/long/{HEAD}")["Body"].read(), ""
+    )
+    stored = sizes(s3_client, bucket, "runs/long/")
+    live = {f"runs/long/{chunk_name(n)}" for n in live_chunks(head.sealed, head.fanout)}
+    pending = {f"runs/long/{chunk_name(head.sealed + 1)}"}
+    whole = {key for key, size in stored.items() if size and not key.endswith(HEAD)}
+    assert live <= whole <= live | pending
+    assert len(stored) - len(whole) - 1 == head.sealed // head.fanout * (head.fanout - 1)
+    assert sum(stored.values()) <= 1.2 * len(snapshot.data)  # was about 2x
+
+
+def test_a_reader_holding_an_older_head_reads_it_again_when_its_chunks_are_emptied(
+    s3_client: Any, bucket: str
+) -> None:
+    writer = Chunky(bucket, client=s3_client)
+    token = None
+    for number in range(2):
+        token = writer.append("r1", encode({"n": number}), token=token)
+    old = s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")
+    old_head = (old["Body"].read(), old["ETag"])
+    assert parse_head(old_head[0], "r1").full  # its reader asks for chunk 1, sealed next
+    for number in range(2, 9):
+        token = writer.append("r1", encode({"n": number}), token=token)
+    assert sizes(s3_client, bucket, "r1/")[f"r1/{chunk_name(1)}"] == 0  # merged into 2, emptied
+    heads: list[str] = []
+
+    class Slow(Chunky):
+        def _get(self, run_id: str, key: str) -> tuple[bytes, str] | None:
+            if key.endswith(HEAD):
+                heads.append(key)
+                if len(heads) == 1:
+                    return old_head  # read before the merge; its chunks are read only now
+            return super()._get(run_id, key)
+
+    snapshot = Slow(bucket, client=s3_client).read("r1")
+    assert snapshot is not None and snapshot.token == token
+    assert snapshot.data == b"".join(encode({"n": number}) for number in range(9))
+    assert len(heads) == 2
+    with pytest.raises(JournalCorruptionError, match="missing"):  # under a head that stays
+        s3_client.delete_object(Bucket=bucket, Key=f"r1/{chunk_name(2)}")
+        Chunky(bucket, client=s3_client).read("r1")
+
+
+def test_emptying_that_fails_leaves_garbage_and_the_appends_stand(
+    bucket: str, fault_proxy: FaultProxy, proxied_client: Any, s3_client: Any
+) -> None:
+    """Chunk 1's second PUT empties it once chunk 2 merged it: a 503 there is not the
+    append's failure."""
+    fault = fault_proxy.inject(
+        Fault("error", method="PUT", path_contains=f"/r1/{chunk_name(1)}", nth=2, times=1)
+    )
+    calls: dict[str, int] = {}
+    result = kassette(counted(calls), storage=Chunky(bucket, client=proxied_client)).start(
+        run_id="r1"
+    )
+    assert fault.fired == 1
+    assert result.status == "success" and result.result == EXPECTED
+    assert set(calls.values()) == {1}
+    stored = sizes(s3_client, bucket, "r1/")
+    assert stored[f"r1/{chunk_name(1)}"] > 0  # garbage: no head names it
+    journal = read_journal(S3Storage(bucket, client=s3_client), "r1")
+    assert_sound(journal)
+    assert len(journal.entries) == 7

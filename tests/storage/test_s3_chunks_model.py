@@ -45,7 +45,9 @@ class Bucket:
     held: list[tuple[str, bytes, str | None]] = field(default_factory=list)
     lose_next: bool = False
     hold_next: bool = False
+    skip_delete: bool = False  # the writer crashes between its commit and emptying chunks
     gets: int = 0
+    emptied: list[str] = field(default_factory=list)
 
     def put(self, key: str, body: bytes, if_match: str | None) -> str:
         current = self.objects.get(key)
@@ -72,6 +74,14 @@ class ModelS3(S3Storage):
         self.store.gets += 1
         return self.store.objects.get(key)
 
+    def _empty_chunks(self, run_id: str, keys: list[str]) -> None:
+        if self.store.skip_delete:
+            return
+        for key in keys:
+            assert key in self.store.objects, "a chunk emptied before it was created"
+            self.store.objects[key] = (b"", '"d41d8cd98f00b204e9800998ecf8427e"')
+            self.store.emptied.append(key)
+
     def _put(self, action: str, run_id: str, key: str, body: bytes, *, if_match: str | None) -> str:
         self.store.puts.append((key, body, if_match))
         if self.store.hold_next:
@@ -85,13 +95,30 @@ class ModelS3(S3Storage):
         return etag
 
 
+class LaggingReader(ModelS3):
+    """A reader that got the head as it was at `since`, then reads the chunks as they are."""
+
+    def __init__(self, bucket: Bucket, policy: Policy, since: tuple[bytes, str] | None) -> None:
+        super().__init__(bucket, policy)
+        self.since, self.heads = since, 0
+
+    def _get(self, run_id: str, key: str) -> tuple[bytes, str] | None:
+        if key.endswith("/" + HEAD):
+            self.heads += 1
+            if self.heads == 1:
+                return self.since
+        return super()._get(run_id, key)
+
+
 def lines(first: int, count: int) -> list[bytes]:
     return [b'{"n":%d}\n' % number for number in range(first, first + count)]
 
 
 operations = st.lists(
     st.tuples(
-        st.sampled_from(["append", "fresh", "fresh", "fresh", "read", "lose", "hold", "deliver"]),
+        st.sampled_from(
+            ["append", "fresh", "fresh", "fresh", "read", "lose", "hold", "deliver", "crash"]
+        ),
         st.integers(0, 2),  # which writer
         st.integers(1, 3),  # lines in the append
     ),
@@ -110,8 +137,11 @@ def test_any_interleaving_keeps_exactly_the_landed_lines_in_order(
     truth: list[bytes] = []
     pending: list[tuple[list[bytes], int]] = []  # held PUTs: their lines, and the truth then
     counter = 0
+    lagging: list[tuple[tuple[bytes, str] | None, int]] = []  # heads a slow reader got, then
+    clean = True  # no deleter crashed, no answer lost: the bucket holds only what is needed
     for action, number, count in steps:
         writer = writers[number]
+        lagging.append((bucket.objects.get("r/" + HEAD), len(truth)))
         if action == "read":
             snapshot = writer.read("r")
             tokens[number] = snapshot.token if snapshot else None
@@ -125,6 +155,7 @@ def test_any_interleaving_keeps_exactly_the_landed_lines_in_order(
             counter += count
             bucket.lose_next = action == "lose"
             bucket.hold_next = action == "hold"
+            bucket.skip_delete = action == "crash"
             try:
                 tokens[number] = writer.append("r", b"".join(new), token=tokens[number])
             except ConflictError:
@@ -136,8 +167,11 @@ def test_any_interleaving_keeps_exactly_the_landed_lines_in_order(
                     pending.append((new, len(truth)))
             else:
                 truth.extend(new)
-            bucket.lose_next = bucket.hold_next = False
-        check(bucket, policy, truth)
+            bucket.lose_next = bucket.hold_next = bucket.skip_delete = False
+        clean = clean and action not in ("lose", "hold", "crash")
+        check(bucket, policy, truth, clean=clean)
+        back = (number * 3 + count) * 3  # a head 3 to 27 operations old
+        check_lagging(bucket, policy, truth, lagging[max(0, len(lagging) - back)])
     while bucket.held:
         deliver(bucket, pending, truth)
         check(bucket, policy, truth)
@@ -162,8 +196,28 @@ def deliver(bucket: Bucket, pending: list[tuple[list[bytes], int]], truth: list[
     truth.extend(added)
 
 
-def check(bucket: Bucket, policy: Policy, truth: list[bytes]) -> None:
-    """A fresh reader sees exactly `truth`."""
+def check_lagging(
+    bucket: Bucket, policy: Policy, truth: list[bytes], old: tuple[tuple[bytes, str] | None, int]
+) -> None:
+    """A reader that got an older head and reads its chunks only now sees the journal as it
+    was then, or later (its chunks gone, it read the head again): never a broken one."""
+    since, length = old
+    if since is None:
+        return
+    reader = LaggingReader(bucket, policy, since)
+    snapshot = reader.read("r")
+    assert snapshot is not None
+    now = b"".join(truth)
+    assert snapshot.data.startswith(b"".join(truth[:length])) and now.startswith(snapshot.data)
+    assert snapshot.data.endswith(b"\n") or not snapshot.data
+    if reader.heads > 1:
+        event("a lagging reader read the head again")
+
+
+def check(bucket: Bucket, policy: Policy, truth: list[bytes], *, clean: bool = False) -> None:
+    """A fresh reader sees exactly `truth`; when no writer crashed before emptying the chunks
+    it superseded and no answer was lost, no chunk a reader of the head does not need holds
+    anything."""
     snapshot = ModelS3(bucket, policy).read("r")
     assert (snapshot.data if snapshot else b"") == b"".join(truth)
     head = (
@@ -173,6 +227,14 @@ def check(bucket: Bucket, policy: Policy, truth: list[bytes]) -> None:
         event("chunked")
         if head.sealed >= head.fanout:
             event("merged")
+        if bucket.emptied:
+            event("superseded chunks emptied")
+        chunks = {key for key, (body, _) in bucket.objects.items() if key != "r/" + HEAD and body}
+        needed = {"r/" + chunk_name(n) for n in live_chunks(head.sealed, head.fanout)}
+        assert needed <= chunks
+        pending = "r/" + chunk_name(head.sealed + 1)
+        if clean:
+            assert chunks - {pending} == needed
 
 
 def test_live_chunks_replace_every_fanout_small_chunks_by_one() -> None:
