@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from s3_proxy import Fault, FaultProxy
 from s3_server import make_client
+from s3_workflows import EXPECTED, assert_sound, counted_pipeline, object_keys, pipeline
 
 from kassette import (
     FencedError,
@@ -58,31 +59,6 @@ class TestS3StorageWithoutPrefix(StorageConformance):
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def pipeline(ctx: Any, input: Any) -> dict[str, Any]:
-    """Five steps; each records its name and the step before it."""
-    previous = None
-    for name in ["fetch", "parse", "plan", "build", "ship"]:
-        previous = ctx.step(name, lambda name=name, previous=previous: f"{name}<{previous}")
-    return {"last": previous}
-
-
-EXPECTED = {"last": "ship<build<plan<parse<fetch<None"}
-
-
-def assert_sound(journal: Journal) -> None:
-    """Dense offsets, sessions that never go back, and no step journaled twice."""
-    entries = journal.entries
-    assert [e["offset"] for e in entries] == list(range(len(entries)))
-    sessions = [e["session"] for e in entries]
-    assert sessions == sorted(sessions)
-    step_ids = [e["stepId"] for e in entries if e["type"] == "step"]
-    assert len(step_ids) == len(set(step_ids))
-
-
-def object_keys(client: Any, bucket: str) -> list[str]:
-    return [item["Key"] for item in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
 
 
 def run_worker(environment: dict[str, str], *args: str) -> dict[str, Any]:
@@ -379,21 +355,6 @@ def test_the_older_of_two_live_sessions_in_two_processes_is_fenced(
 
 
 # -- faults between boto3 and the server -----------------------------------------------------
-
-
-def counted_pipeline(calls: dict[str, int]) -> Any:
-    def workflow(ctx: Any, input: Any) -> dict[str, Any]:
-        previous = None
-        for name in ["fetch", "parse", "plan", "build", "ship"]:
-
-            def step(name: str = name, previous: Any = previous) -> str:
-                calls[name] = calls.get(name, 0) + 1
-                return f"{name}<{previous}"
-
-            previous = ctx.step(name, step)
-        return {"last": previous}
-
-    return workflow
 
 
 def test_a_dropped_response_after_the_put_landed_does_not_duplicate_the_entry(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from s3_proxy import Fault, FaultProxy
 from s3_server import make_client
+from s3_workflows import EXPECTED, assert_sound, counted_pipeline, object_keys, pipeline
 
 from kassette import FencedError, KassetteError, TerminalRunError, kassette
 from kassette.core import fork_run, open_run, read_journal, run_status
@@ -40,44 +41,6 @@ class TestChunkyS3Storage(StorageConformance):
     @pytest.fixture
     def storage(self, bucket: str, s3_client: Any) -> S3Storage:
         return Chunky(bucket, "conformance", client=s3_client)
-
-
-def pipeline(ctx: Any, input: Any) -> dict[str, Any]:
-    previous = None
-    for name in ["fetch", "parse", "plan", "build", "ship"]:
-        previous = ctx.step(name, lambda name=name, previous=previous: f"{name}<{previous}")
-    return {"last": previous}
-
-
-EXPECTED = {"last": "ship<build<plan<parse<fetch<None"}
-
-
-def counted(calls: dict[str, int]) -> Any:
-    def workflow(ctx: Any, input: Any) -> dict[str, Any]:
-        previous = None
-        for name in ["fetch", "parse", "plan", "build", "ship"]:
-
-            def step(name: str = name, previous: Any = previous) -> str:
-                calls[name] = calls.get(name, 0) + 1
-                return f"{name}<{previous}"
-
-            previous = ctx.step(name, step)
-        return {"last": previous}
-
-    return workflow
-
-
-def assert_sound(journal: Journal) -> None:
-    entries = journal.entries
-    assert [e["offset"] for e in entries] == list(range(len(entries)))
-    assert [e["session"] for e in entries] == sorted(e["session"] for e in entries)
-    step_ids = [e["stepId"] for e in entries if e["type"] == "step"]
-    assert len(step_ids) == len(set(step_ids))
-
-
-def keys(client: Any, bucket: str) -> list[str]:
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
 
 
 def count_uploads(client: Any) -> list[int]:
@@ -140,7 +103,7 @@ def test_a_short_workflow_is_one_plain_object_read_in_one_get(
 ) -> None:
     storage = S3Storage(bucket, client=proxied_client)
     assert kassette(pipeline, storage=storage).start(run_id="r1").result == EXPECTED
-    assert keys(s3_client, bucket) == [f"r1/{HEAD}"]
+    assert object_keys(s3_client, bucket) == [f"r1/{HEAD}"]
     body = s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")["Body"].read()
     assert len(Journal.parse(body, "r1").entries) == 7  # plain JSONL, as before chunks
     fault_proxy.clear()
@@ -251,7 +214,7 @@ def test_a_lost_or_refused_put_of_a_chunk_or_head_is_resolved_once(
     nth = 3 if path.endswith(HEAD) else 1
     fault = fault_proxy.inject(Fault(action, method="PUT", path_contains=path, nth=nth, times=2))
     calls: dict[str, int] = {}
-    workflow = kassette(counted(calls), storage=Chunky(bucket, client=proxied_client))
+    workflow = kassette(counted_pipeline(calls), storage=Chunky(bucket, client=proxied_client))
     result = workflow.start(run_id="r1")
     assert fault.fired >= 1
     assert result.status == "success" and result.result == EXPECTED
@@ -276,7 +239,8 @@ def test_a_seal_that_arrives_after_the_writer_timed_out_is_refused(
     )
     calls: dict[str, int] = {}
     impatient = make_client(fault_proxy.url, read_timeout=1)
-    result = kassette(counted(calls), storage=Chunky(bucket, client=impatient)).start(run_id="r1")
+    workflow = kassette(counted_pipeline(calls), storage=Chunky(bucket, client=impatient))
+    result = workflow.start(run_id="r1")
     assert result.status == "success" and result.result == EXPECTED
     assert fault.finished.wait(TIMEOUT)
     late = next(e for e in fault_proxy.exchanges if e.fault == "delay")
@@ -368,12 +332,12 @@ def test_listing_and_deleting_see_a_chunked_run_as_one_run(s3_client: Any, bucke
     kassette(pipeline, storage=storage).start(run_id="long")
     kassette(pipeline, storage=S3Storage(bucket, "p", client=s3_client)).start(run_id="short")
     storage.write_object("long", "notes/a.md", b"a")
-    assert any("/journal/" in key for key in keys(s3_client, bucket))
+    assert any("/journal/" in key for key in object_keys(s3_client, bucket))
     assert list(storage.list_runs()) == ["long", "short"]
     folded = s3_client.list_objects_v2(Bucket=bucket, Prefix="p/", Delimiter="/journal/")
     assert [p["Prefix"] for p in folded.get("CommonPrefixes", [])] == ["p/long/journal/"]
     storage.delete_run("long")
-    assert keys(s3_client, bucket) == [f"p/short/{HEAD}"]
+    assert object_keys(s3_client, bucket) == [f"p/short/{HEAD}"]
     assert list(storage.list_runs()) == ["short"]
 
 
@@ -384,7 +348,7 @@ def test_object_names_inside_the_journal_are_refused(
     storage = S3Storage(bucket, client=s3_client)
     with pytest.raises(InvalidArgumentError, match="journal"):
         storage.write_object("r1", name, b"x")
-    assert keys(s3_client, bucket) == []
+    assert object_keys(s3_client, bucket) == []
 
 
 # -- superseded chunks ----------------------------------------------------------------------
@@ -456,7 +420,7 @@ def test_emptying_that_fails_leaves_garbage_and_the_appends_stand(
         Fault("error", method="PUT", path_contains=f"/r1/{chunk_name(1)}", nth=2, times=1)
     )
     calls: dict[str, int] = {}
-    result = kassette(counted(calls), storage=Chunky(bucket, client=proxied_client)).start(
+    result = kassette(counted_pipeline(calls), storage=Chunky(bucket, client=proxied_client)).start(
         run_id="r1"
     )
     assert fault.fired == 1
