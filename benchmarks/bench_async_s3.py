@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import statistics
 import sys
@@ -41,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout
+
+from _moto import BUCKET, moto_client
 
 import kassette.workflow
 from kassette import kassette as durable
@@ -171,42 +172,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.02, help="seconds added per request")
     args = parser.parse_args(argv)
 
-    import boto3
-    from botocore.config import Config
-    from moto.server import ThreadedMotoServer
+    with moto_client(max_pool_connections=32) as client:
+        requests = Requests(args.latency)
+        client.meta.events.register("before-send.s3", requests)
+        storage = S3Storage(BUCKET, "async", client=client)
+        flows = workflows(storage, args.branches, args.steps)
+        n = args.branches
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="bench",
-        aws_secret_access_key="bench",
-        config=Config(retries={"total_max_attempts": 1}, max_pool_connections=32),
-    )
-    client.create_bucket(Bucket="kassette-bench")
-    requests = Requests(args.latency)
-    client.meta.events.register("before-send.s3", requests)
-    storage = S3Storage("kassette-bench", "async", client=client)
-    flows = workflows(storage, args.branches, args.steps)
-    n = args.branches
+        rows = {
+            "off loop": Row("off loop", "on loop"),
+            "on loop": Row("on loop", "on loop"),
+            "sequential off": Row("sequential off", "sequential on"),
+            "sequential on": Row("sequential on", "sequential on"),
+            f"{n} runs off": Row(f"{n} runs off", f"{n} runs on"),
+            f"{n} runs on": Row(f"{n} runs on", f"{n} runs on"),
+        }
 
-    rows = {
-        "off loop": Row("off loop", "on loop"),
-        "on loop": Row("on loop", "on loop"),
-        "sequential off": Row("sequential off", "sequential on"),
-        "sequential on": Row("sequential on", "sequential on"),
-        f"{n} runs off": Row(f"{n} runs off", f"{n} runs on"),
-        f"{n} runs on": Row(f"{n} runs on", f"{n} runs on"),
-    }
+        def ids(count: int) -> list[str]:
+            return [uuid.uuid4().hex for _ in range(count)]
 
-    def ids(count: int) -> list[str]:
-        return [uuid.uuid4().hex for _ in range(count)]
-
-    try:
         for _ in range(args.rounds):
             measure(rows["off loop"], storage, requests, [(flows["block"], ids(1)[0])])
             with on_loop():
@@ -221,9 +205,6 @@ def main(argv: list[str] | None = None) -> int:
             with on_loop():
                 many = [(flows["short"], run_id) for run_id in ids(n)]
                 measure(rows[f"{n} runs on"], storage, requests, many)
-    finally:
-        client.close()
-        server.stop()
 
     median = statistics.median
     print(

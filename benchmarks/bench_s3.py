@@ -21,7 +21,6 @@ moto answers from memory on this machine: the latencies are the client's and ser
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import sys
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout
+
+from _moto import BUCKET, moto_client
 
 from kassette.core import open_run
 from kassette.storage import Storage
@@ -151,28 +152,8 @@ class _SingleObject(S3Storage):
     _policy = Policy(short_lines=sys.maxsize, short_bytes=sys.maxsize)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--result-bytes", type=int, default=200, help="size of each step result")
-    args = parser.parse_args(argv)
-
-    import boto3
-    from botocore.config import Config
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="bench",
-        aws_secret_access_key="bench",
-        config=Config(retries={"total_max_attempts": 1}, max_pool_connections=16),
-    )
+def _measure_all(client: Any, args: argparse.Namespace) -> list[Any]:
+    """Every row of the table, on the moto server behind `client`."""
     uploaded = [0]
     requests: Counter[str] = Counter()
 
@@ -184,15 +165,14 @@ def main(argv: list[str] | None = None) -> int:
 
     client.meta.events.register("before-send.s3.PutObject", count_upload)
     client.meta.events.register("before-call.s3", count_request)
-    client.create_bucket(Bucket="kassette-bench")
-    single = _SingleObject("kassette-bench", "single", client=client)
-    unemptied = _Unemptied("kassette-bench", "unemptied", client=client)
-    chunked = S3Storage("kassette-bench", "chunked", client=client)
+    single = _SingleObject(BUCKET, "single", client=client)
+    unemptied = _Unemptied(BUCKET, "unemptied", client=client)
+    chunked = S3Storage(BUCKET, "chunked", client=client)
 
     def in_bucket(storage: S3Storage) -> Callable[[str], int]:
         def stored(run_id: str) -> int:  # the bytes of every object of the run
             pages = client.get_paginator("list_objects_v2").paginate(
-                Bucket="kassette-bench", Prefix=f"{storage.prefix}/{run_id}/"
+                Bucket=BUCKET, Prefix=f"{storage.prefix}/{run_id}/"
             )
             return sum(item["Size"] for page in pages for item in page.get("Contents", []))
 
@@ -202,27 +182,32 @@ def main(argv: list[str] | None = None) -> int:
     local_requests: Counter[str] = Counter()
 
     rows = []
-    try:
-        with tempfile.TemporaryDirectory() as directory:
-            local = _CountingLocal(Path(directory) / "journals")
-            on_disk = lambda run_id: (local.path / f"{run_id}.jsonl").stat().st_size  # noqa: E731
-            for steps in args.steps:
-                written = lambda: _CountingLocal.written  # noqa: E731
+    with tempfile.TemporaryDirectory() as directory:
+        local = _CountingLocal(Path(directory) / "journals")
+        on_disk = lambda run_id: (local.path / f"{run_id}.jsonl").stat().st_size  # noqa: E731
+        for steps in args.steps:
+            written = lambda: _CountingLocal.written  # noqa: E731
+            rows.append(measure("local", local, steps, result, written, local_requests, on_disk))
+            sent = lambda: uploaded[0]  # noqa: E731
+            for name, storage in [
+                ("s3 single", single),
+                ("s3 chunked, kept", unemptied),
+                ("s3 chunked", chunked),
+            ]:
                 rows.append(
-                    measure("local", local, steps, result, written, local_requests, on_disk)
+                    measure(name, storage, steps, result, sent, requests, in_bucket(storage))
                 )
-                sent = lambda: uploaded[0]  # noqa: E731
-                for name, storage in [
-                    ("s3 single", single),
-                    ("s3 chunked, kept", unemptied),
-                    ("s3 chunked", chunked),
-                ]:
-                    rows.append(
-                        measure(name, storage, steps, result, sent, requests, in_bucket(storage))
-                    )
-    finally:
-        client.close()
-        server.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--result-bytes", type=int, default=200, help="size of each step result")
+    args = parser.parse_args(argv)
+
+    with moto_client(max_pool_connections=16) as client:
+        rows = _measure_all(client, args)
 
     table = [HEADER, *(m.row() for m in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]

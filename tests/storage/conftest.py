@@ -1,4 +1,5 @@
-"""Fixtures for the S3 backend's tests: a real S3-protocol server (moto, see s3_server.py).
+"""Fixtures for the storage tests: a `LocalStorage` in the test's own folder, and for the S3
+backend a real S3-protocol server (moto, see s3_server.py).
 
 One server serves the whole session; every test gets its own bucket. Clients are real boto3
 clients with dummy credentials, one attempt (so faults reach kassette instead of botocore's
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -16,8 +18,21 @@ import pytest
 from s3_proxy import FaultProxy
 from s3_server import ACCESS_KEY, REGION, SECRET_KEY, make_client, start_server
 
+from kassette import LocalStorage
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """Where the test's `LocalStorage` keeps its journals (not created in advance)."""
+    return tmp_path / "journals"
+
+
+@pytest.fixture
+def storage(root: Path) -> LocalStorage:
+    return LocalStorage(root)
 
 
 @pytest.fixture(scope="session")

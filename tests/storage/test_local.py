@@ -36,11 +36,6 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "nested" / "journals"
 
 
-@pytest.fixture
-def storage(root: Path) -> LocalStorage:
-    return LocalStorage(root)
-
-
 def lockfile(root: Path, run_id: str = "r1") -> Path:
     return root / f"{run_id}.lock"
 

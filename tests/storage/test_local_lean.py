@@ -32,16 +32,6 @@ TIMEOUT = 60.0
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "journals"
-
-
-@pytest.fixture
-def storage(root: Path) -> LocalStorage:
-    return LocalStorage(root)
-
-
-@pytest.fixture
 def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Counts of the system calls an append may make, made from now on in this process."""
     counts: Counter[str] = Counter()

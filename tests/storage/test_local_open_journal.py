@@ -17,16 +17,6 @@ from kassette.errors import CancelledError, ConflictError
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "journals"
-
-
-@pytest.fixture
-def storage(root: Path) -> LocalStorage:
-    return LocalStorage(root)
-
-
-@pytest.fixture
 def journal_opens(monkeypatch: pytest.MonkeyPatch, root: Path) -> Iterator[list[str]]:
     """The paths of every `os.open` of a journal file for writing, in order (`read` opens
     one to read it whole and closes it)."""
