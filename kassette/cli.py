@@ -239,6 +239,7 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
             args.out,
             format=args.format,
             overwrite=args.overwrite,
+            partition_by=args.partition_by,
             skip_corrupt=args.skip_corrupt,
         )
     except OSError as exc:  # the output cannot be written (the storage errors are translated)
@@ -371,6 +372,13 @@ def _parser() -> _Parser:
     )
     sub.add_argument(
         "--overwrite", action="store_true", help="write into OUT even if it is not empty"
+    )
+    sub.add_argument(
+        "--partition-by",
+        metavar="COLUMN",
+        action="append",
+        help="write the entries as a hive-partitioned Parquet dataset by COLUMN (repeatable): "
+        "run_bucket (at most 256 partitions), run_date, status, run_id, or an entry column",
     )
     sub.add_argument(
         "--skip-corrupt",

@@ -46,6 +46,41 @@ def test_the_format_defaults_to_parquet_as_in_kx_export(
     assert pq.read_table(out / "runs").num_rows == len(RUNS)
 
 
+def test_partition_by_writes_a_hive_dataset_of_the_same_rows(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    single, partitioned = tmp_path / "single", tmp_path / "partitioned"
+    assert main(["--storage", url, "export", str(single)]) == 0
+    argv = ["--storage", url, "export", str(partitioned)]
+    assert main([*argv, "--partition-by", "status", "--partition-by", "run_bucket"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    statuses = {p.name for p in (partitioned / "entries").iterdir()}
+    assert statuses == {f"status={s}" for s in ("completed", "failed", "suspended", "canceled")}
+    assert all(Path(path).exists() for path in summary["files"])
+    whole = pq.read_table(single / "entries").sort_by(
+        [("run_id", "ascending"), ("offset", "ascending")]
+    )
+    parts = pq.read_table(partitioned / "entries").sort_by(
+        [("run_id", "ascending"), ("offset", "ascending")]
+    )
+    assert parts.num_rows == whole.num_rows == summary["entries"]
+    assert parts.column("value").to_pylist() == whole.column("value").to_pylist()
+
+
+@pytest.mark.parametrize(
+    "extra", [["--partition-by", "colour"], ["--partition-by", "run_id", "--format", "csv"]]
+)
+def test_a_bad_partition_by_exits_2_and_writes_nothing(
+    url: str, tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["--storage", url, "export", str(out), *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert json.loads(captured.err)["error"]["type"] == "InvalidArgumentError"
+    assert not out.exists()
+
+
 def tree(directory: Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(directory)): path.read_bytes()
