@@ -149,6 +149,23 @@ def test_a_fork_created_in_the_same_millisecond_follows_its_source() -> None:
     assert creation_order(created, parents) == ["c", "b", "d", "a"]
 
 
+def test_branches_created_together_are_ordered_by_their_numbers() -> None:
+    """A fan-out's branches share their source's start time: `root.draft.2` comes before
+    `root.draft.10`, as a researcher counts them, not as text sorts them."""
+    branches = [f"root.draft.{index}" for index in range(12)]
+    created = dict.fromkeys(["root", *reversed(branches), "root.draft.02", "x9", "x10y"], 1.0)
+    parents = dict.fromkeys(branches, "root")
+    assert creation_order(created, parents) == [
+        "root",
+        "root.draft.02",  # not a fork here: a root, so before the forks
+        "x9",
+        "x10y",
+        *branches,
+    ]
+    (root,) = build_forest([run("root"), *(run(b, "root", 2) for b in reversed(branches))])
+    assert [child.run_id for child in root.children] == branches  # siblings too
+
+
 def test_unknown_times_come_last() -> None:
     created = {"corrupt": None, "later": 2.0, "epoch": 0.0}
     assert creation_order(created, {}) == ["epoch", "later", "corrupt"]
