@@ -200,6 +200,13 @@ def lab_environment(root: Path) -> dict[str, str]:
     return env
 
 
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """Write `cells` as a Python 3 notebook of code cells at `path`."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(notebook, path)
+
+
 def fork_notebook(path: Path) -> None:
     """A notebook that records two runs into files beside it and shows a ForkExplorer.
 
@@ -244,9 +251,7 @@ coder.start("parse dates", run_id="main")
 coder.fork("main", step="test", new_run_id="retest")""",
         'explorer = kx.ForkExplorer(coder, "main")\nexplorer',
     ]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(notebook, path)
+    write_notebook(path, cells)
 
 
 RESUME_NOTEBOOK = "resume-async.ipynb"
@@ -274,9 +279,7 @@ await review.start("the parser", run_id="draft-1")
 tree = kx.RunTree(kx.load(waiting), workflow=review)
 tree""",
     ]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(notebook, path)
+    write_notebook(path, cells)
 
 
 MANY_NOTEBOOK = "many-runs.ipynb"
@@ -337,9 +340,7 @@ journals = kx.load(LocalStorage(many))
 journals""".replace("RUNS", str(MANY_RUNS)),
         "tree = kx.RunTree(journals)\ntree",
     ]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(notebook, path)
+    write_notebook(path, cells)
 
 
 TIMELINE_NOTEBOOK = "timeline.ipynb"
@@ -383,9 +384,7 @@ MIME = "application/vnd.vegalite.v5+json"
 svg = {MIME: {"embed_options": {"renderer": "svg"}}}
 display({MIME: chart.to_dict()}, raw=True, metadata=svg)""",
     ]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(notebook, path)
+    write_notebook(path, cells)
 
 
 def wait_for_server(process: subprocess.Popen[bytes], runtime: Path, log: Path) -> str:
