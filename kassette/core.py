@@ -11,6 +11,7 @@ of a new run created with the source's prefix (planned by `kassette.fork`).
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,6 +29,7 @@ from kassette.codec import (
     StartEntry,
     check_json,
     check_json_encoded,
+    encode,
     event_name,
     format_timestamp,
     validate_name,
@@ -47,7 +49,7 @@ from kassette.errors import (
 from kassette.fork import NO_RESULT, ForkPlan, plan_fork
 from kassette.journal import Journal
 from kassette.state import RunStatus
-from kassette.storage import Storage, open_storage, validate_run_id
+from kassette.storage import ExclusiveAppend, Storage, open_storage, validate_run_id
 
 __all__ = [
     "Run",
@@ -64,6 +66,8 @@ __all__ = [
 T = TypeVar("T")
 StepKind = Literal["step", "sleep", "parallel"]
 _OPEN_ATTEMPTS = 20
+_CANCEL_SECONDS = 10.0  # how long a cancel keeps trying while other writers get there first
+_CANCEL_PAUSE, _CANCEL_MAX_PAUSE = 0.005, 0.1  # seconds, at most, between those tries
 _ENVELOPE = frozenset({"type", "session", "offset", "timestamp"})
 
 
@@ -532,10 +536,20 @@ def cancel_run(
     *,
     clock: Clock | None = None,
 ) -> RunStatus:
-    """Append `cancel` in a new session (no lock: a live writer is fenced on its next append)."""
+    """Append `cancel` in a new session, taking no lock: a live session is fenced at its next
+    append (`CancelledError`).
+
+    On a storage that appends exclusively (`ExclusiveAppend`: `LocalStorage`, `MemoryStorage`)
+    the entry is planned on the journal as it is while every other writer is held off, so it
+    lands however fast a live session appends. Elsewhere (`S3Storage`) it is a
+    compare-and-swap on a fresh read, tried again after a short random pause whenever another
+    writer appended in between, for up to `_CANCEL_SECONDS` on `clock`: then `StorageError`.
+    """
     storage, clock = open_storage(storage), clock or SystemClock()
-    for _ in range(_OPEN_ATTEMPTS):
-        journal, token = read(storage, run_id)
+    validate_run_id(run_id)
+    planned: list[tuple[Journal, CancelEntry]] = []
+
+    def plan_on(journal: Journal) -> bytes:
         journal.ensure_open()
         entry: CancelEntry = {
             "type": "cancel",
@@ -544,13 +558,59 @@ def cancel_run(
             "timestamp": format_timestamp(clock.time()),
             "reason": reason,
         }
+        planned[:] = [(journal, entry)]
+        return encode(entry)
+
+    def plan(data: bytes | None) -> bytes:
+        if data is None:
+            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+        return plan_on(Journal.parse(data, run_id))
+
+    deadline, pause, attempts = clock.time() + _CANCEL_SECONDS, _CANCEL_PAUSE, 0
+    while True:
+        attempts += 1
+        planned.clear()
         try:
-            append(storage, run_id, [entry], token, clock)
-        except ConflictError:
+            if isinstance(storage, ExclusiveAppend):
+                _append_exclusive(storage, run_id, plan, planned)
+            else:
+                journal, token = read(storage, run_id)
+                data = plan_on(journal)
+                append(storage, run_id, [planned[0][1]], token, clock, data=data)
+        except ConflictError as exc:
+            if clock.time() >= deadline:
+                raise StorageError(
+                    f"run {run_id}: cancel did not land in {_CANCEL_SECONDS:g} s "
+                    f"({attempts} attempts): another writer appended to the run before each "
+                    "of them; try again",
+                    run_id=run_id,
+                ) from exc
+            clock.sleep(random.uniform(0, pause))  # out of step with a writer's rhythm
+            pause = min(pause * 2, _CANCEL_MAX_PAUSE)
             continue
+        journal, entry = planned[0]
         journal.add(entry)
         return journal.status()
-    raise StorageError(f"run {run_id}: cancel kept conflicting with other writers", run_id=run_id)
+
+
+def _append_exclusive(
+    storage: ExclusiveAppend,
+    run_id: str,
+    plan: Callable[[bytes | None], bytes],
+    planned: list[tuple[Journal, CancelEntry]],
+) -> None:
+    """`storage.append_exclusive`; a failure after which the entry is in the journal anyway
+    (the write landed, its report failed) counts as written, as `append` does."""
+    try:
+        storage.append_exclusive(run_id, plan)
+    except StorageError as failure:
+        if isinstance(failure, ConflictError) or not planned:
+            raise
+        snapshot = storage.read(run_id)
+        entry = planned[0][1]
+        current = Journal.parse(snapshot.data, run_id) if snapshot is not None else None
+        if current is None or current.entries[entry["offset"] :] != [entry]:
+            raise
 
 
 def _open_session(

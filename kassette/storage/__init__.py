@@ -6,6 +6,11 @@ journal with a version token, append bytes only if the journal is still at that 
 offsets, session fencing, status) is policy in `kassette.journal` and `kassette.core`, so every
 backend gets it for free. Backends are found by URL scheme and imported lazily.
 
+Some backends can also append *exclusively* (`ExclusiveAppend`): hold every other writer of a
+run off while the caller plans what to append from the journal as it is, so the append cannot
+lose a race to a writer that appends back to back (how `cancel_run` stops a runaway session).
+`LocalStorage` and `MemoryStorage` can; object stores cannot.
+
 Some backends also keep *objects* beside a run's journal (files an application stores with a
 run: kassette.koto's templates and context content): `ObjectStorage` is that capability, four
 more methods that `LocalStorage` and `S3Storage` implement; the `Storage` protocol itself keeps
@@ -24,6 +29,7 @@ from typing import Protocol, runtime_checkable
 from kassette.errors import InvalidArgumentError
 
 __all__ = [
+    "ExclusiveAppend",
     "ObjectStorage",
     "Snapshot",
     "Storage",
@@ -100,6 +106,20 @@ class Storage(Protocol):
         Backends without locks (object storage) return a no-op: session fencing alone keeps
         their journals consistent.
         """
+        ...
+
+
+@runtime_checkable
+class ExclusiveAppend(Storage, Protocol):
+    """A `Storage` that can append with every other writer of the run held off between its
+    read of the journal and its write (`isinstance(storage, ExclusiveAppend)` tells)."""
+
+    def append_exclusive(self, run_id: str, plan: Callable[[bytes | None], bytes]) -> str:
+        """Append the lines `plan` returns for the journal's complete lines as they are now
+        (None: the run does not exist; `plan` raises then), with no other append in between;
+        return the new token. A torn final line is cut off first. `plan` runs while other
+        writers wait: it must not touch the storage. An exception from `plan` is raised as it
+        is, with nothing written."""
         ...
 
 

@@ -32,12 +32,17 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kassette.errors import ConflictError, RunLockedError, StorageError
 from kassette.storage import Snapshot, validate_object_name, validate_run_id
-from kassette.storage.local_append import OpenJournal, append_careful, delete_journal
+from kassette.storage.local_append import (
+    OpenJournal,
+    append_careful,
+    append_exclusive,
+    delete_journal,
+)
 
 __all__ = ["LocalStorage", "replace_file"]
 
@@ -111,6 +116,17 @@ class LocalStorage:
                         return token
                     return append_careful(self.path, run_id, path, data, expected, journal)
         return append_careful(self.path, run_id, path, data, expected, None)
+
+    def append_exclusive(self, run_id: str, plan: Callable[[bytes | None], bytes]) -> str:
+        """Append what `plan` makes of the journal as it is, every other writer held off
+        (`kassette.storage.ExclusiveAppend`; how in `kassette.storage.local_append`)."""
+        path = self._journal(run_id)
+        try:
+            return append_exclusive(self.path, run_id, path, plan)
+        except (ConflictError, StorageError):
+            raise
+        except OSError as exc:
+            raise StorageError(f"cannot append to run {run_id}: {exc}", run_id=run_id) from exc
 
     def list_runs(self) -> Iterator[str]:
         try:

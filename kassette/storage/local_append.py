@@ -29,6 +29,19 @@ includes the holder's line (its append conflicts, nothing is replaced) or the ho
 fence move (both sides make locked instructions between their store and their load, inside
 the system calls, which is what rules out both missing the other's store).
 
+An *exclusive* append (`append_exclusive`, how `cancel_run` lands against a session that
+appends back to back) plans its lines on the journal as it is under the `flock`, instead of
+on a token read before: a careful writer's token goes stale whenever the holder appends
+between the read and the `flock`, which a holder appending flat out always does. Under the
+journal's `flock` it changes a held fence, then waits (up to `_LEASE_WAIT`) for an exclusive
+`flock` on the fence file. The holder lets go of its lease at its next append, before writing
+(the fence moved), or just after a write in flight (it finds the fence moved after its fsync),
+and its careful append then waits for the journal's `flock`: once the fence is ours, no write
+of any other writer is in flight or can start, so the journal read now is the journal, and the
+lines planned on it are appended in place. A holder that does not append within the wait
+(it is busy in a step) keeps its lease: the journal read after the fence moved is replaced,
+as by any careful writer, and the holder is fenced at its next append.
+
 `fork()` is handled with `os.register_at_fork`: a child forgets its parent's open journals (it
 closes its copies of their descriptors, which leaves the parent's locks alone), so it never
 appends lean to a run whose lock it does not hold.
@@ -42,17 +55,20 @@ import fcntl
 import mmap
 import os
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from kassette.errors import ConflictError, StorageError
 
-__all__ = ["OpenJournal", "append_careful", "delete_journal", "fence_path"]
+__all__ = ["OpenJournal", "append_careful", "append_exclusive", "delete_journal", "fence_path"]
 
 _FENCE_SUFFIX = ".fence"
 _FENCE_SIZE = 8
 _REOPENS = 5  # a journal replaced between its open and its flock is opened again, this often
 _COPY_CHUNK = 1 << 20
+_LEASE_WAIT = 0.25  # seconds an exclusive append waits for a lean holder to let go of its lease
 
 
 def fence_path(directory: Path, run_id: str) -> str:
@@ -226,6 +242,69 @@ def append_careful(
             if fd >= 0:
                 os.close(fd)
     raise ConflictError(f"run {run_id} kept being replaced", run_id=run_id)
+
+
+def append_exclusive(
+    directory: Path, run_id: str, path: str, plan: Callable[[bytes | None], bytes]
+) -> str:
+    """Append the lines `plan` makes of the journal's complete lines, read under the journal's
+    `flock` with every other writer held off (see the module's docstring); return the token."""
+    for _ in range(_REOPENS):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            plan(None)  # no run: the plan raises
+            raise ConflictError(f"run {run_id} does not exist", run_id=run_id) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:  # replaced or removed since it was opened
+                continue
+            fence = _open_fence(directory, run_id)
+            leased = fence is not None
+            try:
+                if fence is not None and not _try_flock(fence, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                    os.pwrite(fence, os.urandom(_FENCE_SIZE), 0)  # the holder starts no write
+                    leased = not _wait_for_lease(fence)
+                else:
+                    leased = False
+                data = _read_all(fd)
+                end = data.rfind(b"\n") + 1  # a torn tail, from a crash, is not content
+                lines = plan(data[:end])
+                if leased:  # the holder is between appends: it may write at any moment
+                    os.close(_replace(directory, run_id, path, fd, end, lines))
+                else:  # nobody else can write: in place
+                    if len(data) != end:
+                        os.ftruncate(fd, end)
+                    _write(run_id, fd, lines, end)
+            finally:
+                if fence is not None:
+                    if not leased:  # ours: a lease nobody holds any more
+                        _unlink_if_at(fence, fence_path(directory, run_id))
+                    os.close(fence)
+            return str(end + len(lines))
+        finally:
+            os.close(fd)
+    raise ConflictError(f"run {run_id} kept being replaced", run_id=run_id)
+
+
+def _wait_for_lease(fence: int) -> bool:
+    """Take the fence exclusively within `_LEASE_WAIT` seconds: whether that worked."""
+    deadline = time.monotonic() + _LEASE_WAIT
+    pause = 0.0005
+    while not _try_flock(fence, fcntl.LOCK_EX | fcntl.LOCK_NB):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    return True
+
+
+def _read_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, _COPY_CHUNK, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 def delete_journal(directory: Path, run_id: str, path: str) -> None:

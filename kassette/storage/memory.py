@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from kassette.errors import ConflictError, RunLockedError
@@ -14,7 +14,8 @@ __all__ = ["MemoryStorage"]
 
 
 class MemoryStorage:
-    """Journals kept in this process's memory; thread-safe; tokens are byte lengths."""
+    """Journals kept in this process's memory; thread-safe; tokens are byte lengths. Appends
+    exclusively too (`kassette.storage.ExclusiveAppend`)."""
 
     def __init__(self) -> None:
         self._journals: dict[str, bytes] = {}
@@ -47,6 +48,19 @@ class MemoryStorage:
             if current is None or str(current.rfind(b"\n") + 1) != token:
                 raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
             updated = current[: int(token)] + data
+            self._journals[run_id] = updated
+            return str(len(updated))
+
+    def append_exclusive(self, run_id: str, plan: Callable[[bytes | None], bytes]) -> str:
+        """Append what `plan` makes of the journal, under the lock every append takes."""
+        validate_run_id(run_id)
+        with self._mutex:
+            current = self._journals.get(run_id)
+            if current is None:
+                plan(None)
+                raise ConflictError(f"run {run_id} does not exist", run_id=run_id)
+            kept = current[: current.rfind(b"\n") + 1]  # a torn final line is not content
+            updated = kept + plan(kept)
             self._journals[run_id] = updated
             return str(len(updated))
 

@@ -113,7 +113,7 @@ HOLDER = textwrap.dedent(
                 step = f"s{number}"
                 run.record(step, lambda number=number: number)
                 acked.append(step)
-                time.sleep(0.001)  # a step's own work: a cancel re-reads between two appends
+                time.sleep(0.001)  # a step's own work
         outcome = "ran out"
     except CancelledError:
         outcome = "canceled"
