@@ -23,9 +23,11 @@ from kassette.errors import (
     FencedError,
     InvalidArgumentError,
     RunLockedError,
+    RunNotFoundError,
+    TerminalRunError,
 )
 from kassette.journal import Journal, encode
-from kassette.storage import Storage
+from kassette.storage import ExclusiveAppend, Storage
 from kassette.storage.memory import MemoryStorage
 
 __all__ = ["FakeClock", "MemoryStorage", "StorageConformance"]
@@ -237,6 +239,46 @@ class StorageConformance:
             snapshot = storage.read(f"t{cut}")
             assert snapshot is not None and snapshot.data.startswith(whole)
             assert snapshot.data.endswith(b"\n")
+
+    def test_an_exclusive_append_plans_on_the_journal_as_it_is(self, storage: Storage) -> None:
+        """For a backend that is an `ExclusiveAppend` (others pass this): `plan` is given the
+        journal's complete lines (None when the run does not exist), a torn tail is cut off,
+        and a plan that raises writes nothing."""
+        if not isinstance(storage, ExclusiveAppend):
+            return
+        seen: list[bytes | None] = []
+
+        def plan(data: bytes | None) -> bytes:
+            seen.append(data)
+            if data is None:
+                raise RunNotFoundError("run r1 not found", run_id="r1")
+            return _line(2)
+
+        try:
+            storage.append_exclusive("r1", plan)
+        except RunNotFoundError:
+            pass
+        else:
+            raise AssertionError("a plan that raises must be raised")
+        assert seen == [None] and storage.read("r1") is None
+        whole = _line(0, kind="start") + _line(1)
+        storage.append("r1", whole + _line(2)[:5], token=None)  # a torn tail, as a crash leaves
+        token = storage.append_exclusive("r1", plan)
+        assert seen[-1] == whole
+        snapshot = storage.read("r1")
+        assert snapshot is not None and snapshot.data == whole + _line(2)
+        assert snapshot.token == token
+
+        def refuse(data: bytes | None) -> bytes:
+            raise TerminalRunError("run r1 ended", run_id="r1")
+
+        try:
+            storage.append_exclusive("r1", refuse)
+        except TerminalRunError:
+            pass
+        else:
+            raise AssertionError("a plan that raises must be raised")
+        assert storage.read("r1") == snapshot
 
     def test_older_session_is_fenced(self, storage: Storage) -> None:
         old = open_run(storage, "r1", metadata=None)

@@ -6,9 +6,9 @@ tests/procs/runaway_worker.py, on `MemoryStorage` in a thread. The cancel must r
 journal must end canceled, the writer must raise `CancelledError` at its next step, and every
 step it was told was recorded must be in the journal.
 
-Then the pieces: `ExclusiveAppend` on both backends that have it, a cancel that waits for a
-lean holder to let go of its lease, a cancel SIGKILLed while it holds the journal, and on a
-compare-and-swap storage the retries and their bound in time.
+Then the pieces (`ExclusiveAppend` itself is in the conformance suite, `kassette.testing`): a
+cancel that waits for a lean holder to let go of its lease, a cancel SIGKILLed while it holds
+the journal, and on a compare-and-swap storage the retries and their bound in time.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from kassette import CancelledError, Context, LocalStorage, kassette
 from kassette.codec import encode
 from kassette.core import cancel_run, open_run, read_journal
-from kassette.errors import RunNotFoundError, StorageError, TerminalRunError
+from kassette.errors import StorageError
 from kassette.journal import Journal
 from kassette.storage import ExclusiveAppend, Snapshot, Storage, local_append, open_storage
 from kassette.storage.memory import MemoryStorage
@@ -136,41 +136,6 @@ def test_cancel_lands_against_a_thread_appending_back_to_back_on_memory_storage(
 
 
 # -- ExclusiveAppend --------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["local", "memory"])
-def exclusive(request: pytest.FixtureRequest, root: Path) -> ExclusiveAppend:
-    return LocalStorage(root) if request.param == "local" else MemoryStorage()
-
-
-def test_an_exclusive_append_plans_on_the_journals_complete_lines(
-    exclusive: ExclusiveAppend,
-) -> None:
-    assert isinstance(exclusive, ExclusiveAppend)
-    seen: list[bytes | None] = []
-
-    def plan(data: bytes | None) -> bytes:
-        seen.append(data)
-        if data is None:
-            raise RunNotFoundError("no run", run_id="r1")
-        return b"three\n"
-
-    with pytest.raises(RunNotFoundError):
-        exclusive.append_exclusive("r1", plan)
-    assert seen == [None] and exclusive.read("r1") is None
-    token = exclusive.append("r1", b"one\n", token=None)
-    exclusive.append("r1", b'{"tw', token=token)  # a torn line, as a crash leaves it
-    assert exclusive.append_exclusive("r1", plan) == str(len(b"one\nthree\n"))
-    assert seen[-1] == b"one\n"
-    snapshot = exclusive.read("r1")
-    assert snapshot is not None and snapshot.data == b"one\nthree\n"
-
-    def refuse(data: bytes | None) -> bytes:
-        raise TerminalRunError("ended", run_id="r1")
-
-    with pytest.raises(TerminalRunError):
-        exclusive.append_exclusive("r1", refuse)
-    assert exclusive.read("r1") == snapshot  # nothing written
 
 
 def test_a_cancel_waits_for_a_lean_holder_to_let_go_and_appends_in_place(
