@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kassette.clock import Clock
-from kassette.codec import TERMINAL_TYPES, Entry, encode, encode_with, format_timestamp
+from kassette.codec import TERMINAL_TYPES, Entry, encode, encode_entry, format_timestamp
 from kassette.errors import (
     CancelledError,
     ConflictError,
@@ -203,7 +203,9 @@ class GroupCommit:
         self.session = session
         self.token = token
         self.clock = clock
-        self._commits = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._written = threading.Condition(self._lock)  # notified when a write returned
+        self._waiting = 0  # threads waiting on `_written`
         self._queue: list[Queued] = []
         self._writing = False
         self._next_offset = journal.next_offset
@@ -222,23 +224,26 @@ class GroupCommit:
     def queue(
         self, kind: str, fields: dict[str, Any], raw: tuple[str, bytes] | None = None
     ) -> Queued:
-        """Number the entry and queue it (the caller holds whatever orders its entries)."""
-        with self._commits:
+        """Number the entry and queue it (the caller holds whatever orders its entries).
+        `TerminalRunError` (`CancelledError` for a cancel) once the run ended or is ending."""
+        with self._lock:
+            self.journal.ensure_open()
             if self._ending is not None:
                 raise TerminalRunError(
                     f"run {self.journal.run_id} is ending with {self._ending!r}",
                     run_id=self.journal.run_id,
                 )
-            entry: Entry = {
-                "type": kind,
-                "session": self.session,
-                "offset": self._next_offset,
-                "timestamp": format_timestamp(self.clock.time()),
-                **fields,
-            }
             # encoded once: the storage writes this line, the journal keeps it
-            line = encode(entry) if raw is None else encode_with(entry, *raw)
-            queued = Queued(entry, line)
+            queued = Queued(
+                *encode_entry(
+                    kind,
+                    self.session,
+                    self._next_offset,
+                    format_timestamp(self.clock.time()),
+                    fields,
+                    raw,
+                )
+            )
             self._queue.append(queued)
             self._next_offset += 1
             if kind in TERMINAL_TYPES:
@@ -247,14 +252,18 @@ class GroupCommit:
 
     def wait(self, queued: Queued) -> Entry:
         """Wait until `queued` is written, writing the queue when no other thread is."""
-        with self._commits:
+        with self._lock:
             while not queued.done:
                 if self._writing:
-                    self._commits.wait()
+                    self._waiting += 1
+                    try:
+                        self._written.wait()
+                    finally:
+                        self._waiting -= 1
                     continue
                 batch, self._queue = self._queue, []
                 self._writing = True
-                self._commits.release()
+                self._lock.release()
                 try:
                     token = commit_all(
                         self.storage,
@@ -269,7 +278,7 @@ class GroupCommit:
                 else:
                     failure = None
                 finally:
-                    self._commits.acquire()
+                    self._lock.acquire()
                     self._writing = False
                 if failure is None:
                     self.token = token
@@ -281,7 +290,8 @@ class GroupCommit:
                         item.error, item.done = failure, True
                     self._queue = []
                     self._next_offset, self._ending = self.journal.next_offset, None
-                self._commits.notify_all()
+                if self._waiting:
+                    self._written.notify_all()
         if queued.error is not None:
             raise queued.error
         return queued.entry

@@ -46,7 +46,7 @@ __all__ = [
     "check_json_encoded",
     "decode_line",
     "encode",
-    "encode_with",
+    "encode_entry",
     "escapes_surrogate",
     "event_id",
     "event_name",
@@ -90,6 +90,14 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _TEXT = json.encoder.encode_basestring  # how _ENCODER writes a string (ensure_ascii=False)
 # what json.loads runs once past its checks (its memo of keys is per call: safe to share)
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+# what `_ENCODER.encode` runs once past its checks (see `_encode`)
+_C_ENCODE = (
+    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _ENCODER.default, _TEXT, None, ":", ",", False, False, False
+    )
+    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
+    else None
+)
 
 
 def validate_name(name: object, what: str = "step") -> str:
@@ -117,7 +125,11 @@ def check_json_encoded(value: object, what: str) -> tuple[Any, bytes]:
     journals it (`encode_with`): a value is then encoded once per append, not twice. Replay
     decodes that text, which is exactly what the returned value was decoded from."""
     try:
-        text = _ENCODER.encode(value)
+        try:
+            text = _encode(value)
+        except RecursionError:  # as deep as the interpreter allows, or a value in itself:
+            _ENCODER.encode(value)  # this encoder tells a cycle (ValueError), or recurses again
+            raise
         data = text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
     except (TypeError, ValueError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serialisable: {exc}") from exc
@@ -129,7 +141,14 @@ def check_json_encoded(value: object, what: str) -> tuple[Any, bytes]:
         raise NotSerializableError(
             f"{what} is nested deeper than {MAX_DEPTH} arrays and objects, kassette's limit"
         )
-    return json.loads(text), data
+    return _SCAN(text, 0)[0], data  # the whole text is one value: it was just encoded
+
+
+def _encode(value: object) -> str:
+    """`_ENCODER.encode(value)` without its per-call set-up, for the append path. It keeps no
+    table of the containers it is inside (which one call at a time could use), so a value that
+    contains itself raises `RecursionError`, as a too deep one does, not `ValueError`."""
+    return "".join(_C_ENCODE(value, 0)) if _C_ENCODE is not None else _ENCODER.encode(value)
 
 
 def format_timestamp(epoch_seconds: float) -> str:
@@ -179,28 +198,49 @@ def encode(entry: Mapping[str, Any]) -> bytes:
     return (_ENCODER.encode(entry) + "\n").encode()
 
 
-def encode_with(entry: Mapping[str, Any], key: str, value: bytes) -> bytes:
-    """`encode(entry)`, but with `value` (JSON text, UTF-8) written as `entry[key]`: a value
-    `check_json_encoded` encoded is not encoded again. When `value` is what `check_json_encoded`
-    gave for `entry[key]`, the line decodes to `entry` (byte for byte `encode(entry)` unless
-    the original value had keys that JSON merged, say 1 and "1": then the line holds both,
-    and decoding keeps the last, as the round trip did)."""
-    before: list[str] = []
-    after: list[str] = []
-    fields = before
-    for name, item in entry.items():
+def encode_entry(
+    kind: str,
+    session: int,
+    offset: int,
+    timestamp: str,
+    fields: Mapping[str, Any],
+    raw: tuple[str, bytes] | None = None,
+) -> tuple[Entry, bytes]:
+    """The entry `{"type": kind, "session": session, "offset": offset, "timestamp": timestamp,
+    **fields}` and its journal line, byte for byte `encode(entry)`: how an open session
+    writes each entry. The envelope is written by a template and the fields' strings and
+    numbers directly (the JSON encoder costs about a microsecond per key).
+
+    `raw` is (a key of `fields`, that value's JSON text as `check_json_encoded` gave it): a
+    value is not encoded twice. The line then decodes to the entry (and is `encode`'s
+    bytes unless the original value had keys JSON merged, say 1 and "1": the line holds both,
+    and decoding keeps the last, as the round trip did).
+    """
+    entry = {"type": kind, "session": session, "offset": offset, "timestamp": timestamp, **fields}
+    text = (
+        f'{{"type":{_TEXT(kind)},"session":{session:d},"offset":{offset:d},'
+        f'"timestamp":{_TEXT(timestamp)}'
+    )
+    if raw is None:
+        for name, item in fields.items():
+            text += f",{_TEXT(name)}:{_scalar(item)}"
+        return entry, (text + "}\n").encode()
+    key, value = raw
+    parts = []
+    for name, item in fields.items():
         if name == key:
-            fields = after
+            parts.append((text + f",{_TEXT(name)}:").encode())
+            parts.append(value)
+            text = ""
         else:
-            fields.append(f"{_TEXT(name)}:{_scalar(item)}")
-    opening = "{" + ",".join(before) + ("," if before else "") + _TEXT(key) + ":"
-    closing = ("," + ",".join(after) if after else "") + "}\n"
-    return b"".join((opening.encode(), value, closing.encode()))
+            text += f",{_TEXT(name)}:{_scalar(item)}"
+    parts.append((text + "}\n").encode())
+    return entry, b"".join(parts)
 
 
 def _scalar(value: Any) -> str:
     """`value` as `_ENCODER` writes it, without its call overhead for the strings and numbers
-    of an entry's envelope (anything else goes to the encoder)."""
+    of an entry's fields (anything else goes to the encoder)."""
     kind = type(value)
     if kind is str:
         return _TEXT(value)

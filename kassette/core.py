@@ -405,9 +405,7 @@ class Run:
         Entries appended concurrently (parallel branches) are written together: see
         `kassette.append.GroupCommit`. `raw` is a field's value already encoded.
         """
-        with self._mutex:
-            self.journal.ensure_open()
-            queued = self._commits.queue(kind, fields, raw)
+        queued = self._commits.queue(kind, fields, raw)
         deferred = _DEFERRED.get()
         if deferred is not None and deferred[0] is self:
             deferred[1].append(queued)  # the caller writes it (`_write`) before reporting it

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeGuard, TypeVar, overload
 
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
@@ -116,6 +116,14 @@ def _live_step(step: Step, retry: Retry | None) -> Generator[float, Outcome, Any
     raise AssertionError("unreachable")
 
 
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
+    """`inspect.isawaitable`, answered at once for what steps mostly return (JSON values)."""
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
 def _send(attempts: Generator[float, Outcome, Any], outcome: Outcome) -> tuple[bool, Any]:
     """Tell `_live_step` how an attempt ended: (False, seconds before the next attempt) or
     (True, the journaled result). Its errors propagate."""
@@ -186,7 +194,7 @@ class _ContextBase:
             raise InvalidArgumentError(
                 f"step {name!r} needs a callable, got {fn!r}", run_id=self.run_id
             )
-        return self.begin_step(name)
+        return self._run.begin_step(name, ids=self._ids)
 
     def _suspend(self, event: str, timeout: float | None, reason: str | None) -> Any:
         return self._run.wait_for_event(
@@ -254,16 +262,16 @@ class Context(_ContextBase):
         step = self._begin(name, fn)
         if step.replayed:
             return step.result  # type: ignore[no-any-return]
+        if retry is None:  # one attempt, whose error is the step's: `_live_step` without a loop
+            value = fn()
+            return step.record(_run_coroutine(value) if _awaitable(value) else value)  # type: ignore[no-any-return]
         attempts = _live_step(step, retry)
         wait = next(attempts)
         while True:
             self._run.clock.sleep(wait)
             try:
                 value = fn()
-                outcome: Outcome = (
-                    True,
-                    _run_coroutine(value) if inspect.isawaitable(value) else value,
-                )
+                outcome: Outcome = (True, _run_coroutine(value) if _awaitable(value) else value)
             except Exception as exc:
                 outcome = (False, exc)
             try:

@@ -19,7 +19,7 @@ from kassette.codec import (
     check_json_encoded,
     decode_line,
     encode,
-    encode_with,
+    encode_entry,
 )
 from kassette.core import fork_run, open_run, read_journal
 from kassette.errors import JournalCorruptionError
@@ -62,6 +62,24 @@ def test_values_nest_up_to_the_limit_and_no_deeper() -> None:
             check_json(nested(depth), "value")
     wide = [[i, {"k": [i]}] for i in range(50_000)]  # many brackets, shallow: accepted
     assert check_json(wide, "value") == wide
+
+
+def test_a_value_that_contains_itself_is_refused_as_circular() -> None:
+    """The append path's encoder keeps no table of the containers it is in: a cycle still
+    says circular, and one reached twice per level (a dict holding itself twice) is not
+    walked exponentially."""
+    in_list: list[Any] = []
+    in_list.append(in_list)
+    twice: dict[str, Any] = {}
+    twice["a"] = twice["b"] = twice
+    shared = {"x": [twice]}
+    for value in (in_list, twice, shared):
+        with pytest.raises(NotSerializableError, match="Circular reference"):
+            check_json(value, "value")
+    with open_run(MemoryStorage(), "r1") as run:
+        with pytest.raises(NotSerializableError, match="Circular reference"):
+            run.record("loop", lambda: twice)
+        assert run.journal.next_offset == 1  # the start only
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 10_000])
@@ -234,44 +252,37 @@ def test_a_line_spliced_around_the_checked_text_decodes_to_the_entry(
     the ordinary encoding unless JSON merged two of the value's keys."""
     checked, text = check_json_encoded(value, "a result")
     assert checked == check_json(value, "a result")
-    entry = {
+    fields = {"stepId": "s", "name": "s", "result": checked, **extra}
+    entry, line = encode_entry("step", 1, 3, "2026-01-01T00:00:00.000Z", fields, ("result", text))
+    assert entry == {
         "type": "step",
         "session": 1,
         "offset": 3,
         "timestamp": "2026-01-01T00:00:00.000Z",
-        "stepId": "s",
-        "name": "s",
-        "result": checked,
-        **extra,
+        **fields,
     }
-    line = encode_with(entry, "result", text)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert decode_line(line[:-1]) == entry
+    assert encode_entry("step", 1, 3, "2026-01-01T00:00:00.000Z", fields)[1] == encode(entry)
     if value != {1: "merged away", "1": "kept"}:
         assert line == encode(entry)
-        assert encode_with({"result": checked}, "result", text) == encode({"result": checked})
-
-
-class _CountingEncoder:
-    """Stands in for the codec's one JSON encoder, counting the characters it produces."""
-
-    def __init__(self, real: Any) -> None:
-        self.real, self.characters = real, 0
-
-    def encode(self, value: Any) -> str:
-        text: str = self.real.encode(value)
-        self.characters += len(text)
-        return text
 
 
 def test_a_live_steps_result_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     import kassette.codec as codec
 
     big = {"text": "x" * 100_000}
+    encoded: list[int] = []  # the length of each text the codec's encoder produced
+    real = codec._encode
+
+    def counting(value: Any) -> str:
+        text = real(value)
+        encoded.append(len(text))
+        return text
+
     with open_run(MemoryStorage(), "r1") as run:
-        counting = _CountingEncoder(codec._ENCODER)
-        monkeypatch.setattr(codec, "_ENCODER", counting)
+        monkeypatch.setattr(codec, "_encode", counting)
         assert run.record("big", lambda: big) == big
         monkeypatch.undo()
-        assert 100_000 < counting.characters < 101_000
+        assert 100_000 < sum(encoded) < 101_000 and max(encoded) < 100_100
         assert run.journal.steps["big"]["result"] == big

@@ -79,11 +79,10 @@ class LocalStorage:
         return Snapshot(data, str(data.rfind(b"\n") + 1))
 
     def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
-        path = self._journal(run_id)
         try:
             if token is None:
-                return self._create(run_id, path, data)
-            return self._extend(run_id, path, data, int(token))
+                return self._create(run_id, self._journal(run_id), data)
+            return self._extend(run_id, data, int(token))
         except (ConflictError, StorageError):
             raise
         except OSError as exc:
@@ -106,16 +105,17 @@ class LocalStorage:
         _fsync_directory(self.path)
         return str(len(data))
 
-    def _extend(self, run_id: str, path: str, data: bytes, expected: int) -> str:
-        journal = self._open.get(run_id)
+    def _extend(self, run_id: str, data: bytes, expected: int) -> str:
+        journal = self._open.get(run_id)  # a run held open was checked when its lock was taken
         if journal is not None and not journal.forked:
             with journal.mutex:
                 if self._open.get(run_id) is journal:  # the lock was not released meanwhile
                     token = journal.append(run_id, data, expected)  # lean: write and fsync
                     if token is not None:
                         return token
+                    path = self._journal(run_id)
                     return append_careful(self.path, run_id, path, data, expected, journal)
-        return append_careful(self.path, run_id, path, data, expected, None)
+        return append_careful(self.path, run_id, self._journal(run_id), data, expected, None)
 
     def append_exclusive(self, run_id: str, plan: Callable[[bytes | None], bytes]) -> str:
         """Append what `plan` makes of the journal as it is, every other writer held off
