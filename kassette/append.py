@@ -271,7 +271,7 @@ class GroupCommit:
                         [item.entry for item in batch],
                         self.token,
                         self.clock,
-                        b"".join(item.line for item in batch),
+                        b"".join([item.line for item in batch]),
                     )
                 except BaseException as exc:
                     failure: BaseException | None = exc
