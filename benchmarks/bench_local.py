@@ -5,7 +5,9 @@ repeated, so a shared, noisy machine moves both sides together and the ratio sta
 
   step    per-step cost of `ctx.step` (a workflow of N live steps, ~1 KB JSON results) over a raw
           `os.write` + `os.fsync` of the same encoded line to another file on the same
-          filesystem, the two interleaved step by step
+          filesystem, the two interleaved step by step; `--only step` adds its floor: the
+          result's JSON round trip (encode, decode) plus the same write+fsync, the least any
+          step that hands back what a replay would can cost, over write+fsync again
   replay  per-entry cost of re-invoking a run whose journal has 1,000 steps and no terminal
           entry (`start(run_id=...)` replays everything, then completes) over `json.loads` of
           the same lines
@@ -133,6 +135,25 @@ class RawAppends:
         os.close(self.fd)
 
 
+class RoundTrips(RawAppends):
+    """The least any durable step that hands back what a replay would can do, timed: encode
+    the result, decode that text (the round trip), write its line and fsync. No step id, no
+    replay lookup, no lock, no entry: kassette's step over write+fsync cannot beat this."""
+
+    def __init__(self, path: Path, lines: list[bytes], results: list[Any]) -> None:
+        super().__init__(path, lines)
+        self.results = results
+        self.encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+    def append(self, number: int) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        json.loads(self.encoder.encode(self.results[number]))
+        os.write(self.fd, self.lines[number])
+        os.fsync(self.fd)
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+
+
 def make_workflow(
     storage: LocalStorage, timings: list[tuple[float, float]], raw: list[RawAppends] | None = None
 ) -> Any:
@@ -191,6 +212,26 @@ def bench_step(directory: Path, steps: int, rounds: int) -> tuple[float, float, 
         kassette_times.append((wall / steps, cpu / steps))
         raw_times.append((raw[-1].wall / steps, raw[-1].cpu / steps))
     return _medians(kassette_times, raw_times)
+
+
+def bench_round_trip(directory: Path, steps: int, rounds: int) -> tuple[float, float, float, float]:
+    """`bench_step`'s floor: `RoundTrips` against a raw write+fsync, interleaved the same way."""
+    results = [llm_result(i) for i in range(steps)]
+    lines = [encode({"result": result}) for result in results]  # about the step lines' size
+    floor_times: list[tuple[float, float]] = []
+    raw_times: list[tuple[float, float]] = []
+    for number in range(rounds):
+        floor = RoundTrips(directory / f"floor-{number}.jsonl", lines, results)
+        raw = RawAppends(directory / f"floor-raw-{number}.jsonl", lines)
+        for i in range(steps):
+            first, second = (floor, raw) if i % 2 else (raw, floor)
+            first.append(i)
+            second.append(i)
+        floor.close()
+        raw.close()
+        floor_times.append((floor.wall / steps, floor.cpu / steps))
+        raw_times.append((raw.wall / steps, raw.cpu / steps))
+    return _medians(floor_times, raw_times)
 
 
 # -- (b) replay against json.loads ------------------------------------------------------------
@@ -380,6 +421,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"(a) ctx.step / write+fsync: {step / raw:.2f}x ({step * 1e6:.1f} / "
                 f"{raw * 1e6:.1f} us, medians of {step_rounds} rounds); in CPU time "
                 f"{step_cpu * 1e6:.1f} vs {raw_cpu * 1e6:.1f} us"
+            )
+            floor, floor_raw, floor_cpu, floor_raw_cpu = timed(
+                f"round-trip floor: {step_rounds} rounds x {step_n} steps",
+                lambda: bench_round_trip(directory, step_n, step_rounds),
+            )
+            print(
+                f"    floor: encode + decode + write+fsync / write+fsync: {floor / floor_raw:.2f}x "
+                f"({floor * 1e6:.1f} / {floor_raw * 1e6:.1f} us); in CPU time "
+                f"{floor_cpu * 1e6:.1f} vs {floor_raw_cpu * 1e6:.1f} us"
             )
             return 0 if step / raw <= 1.2 else 1
         replay, loads, replay_cpu, loads_cpu = timed(
