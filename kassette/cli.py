@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from kassette.codec import parse_timestamp, to_json
-from kassette.core import cancel_run, fork_run, run_status
+from kassette.core import fork_run, run_status
 from kassette.errors import (
     InvalidArgumentError,
     JournalCorruptionError,
@@ -37,6 +37,7 @@ from kassette.errors import (
 from kassette.fork import NO_RESULT
 from kassette.journal import Journal
 from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
+from kassette.sessions import cancel_run
 from kassette.storage import Storage, open_storage, validate_run_id
 from kassette.storage.local import LocalStorage
 

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import threading
 
-from kassette.core import cancel_run, fork_run, open_run, read_journal
+from kassette.core import fork_run, open_run, read_journal
 from kassette.errors import (
     ConflictError,
     FencedError,
@@ -27,6 +27,7 @@ from kassette.errors import (
     TerminalRunError,
 )
 from kassette.journal import Journal, encode
+from kassette.sessions import cancel_run
 from kassette.storage import ExclusiveAppend, Storage
 from kassette.storage.memory import MemoryStorage
 

@@ -28,7 +28,6 @@ from kassette.core import (
     Run,
     Step,
     StepIds,
-    cancel_run,
     open_fork,
     open_run,
     read_journal,
@@ -42,6 +41,7 @@ from kassette.errors import (
 )
 from kassette.fork import NO_RESULT
 from kassette.retry import NO_RETRY, Retry
+from kassette.sessions import cancel_run
 from kassette.state import ErrorInfo, RunStatus, html_table
 from kassette.storage import Storage, open_storage
 

@@ -72,6 +72,7 @@ def test_the_layers_only_import_downward() -> None:
         {"journal"},
         {"append"},
         {"fork"},
+        {"sessions"},
         {"core"},
         {"workflow", "testing"},
         {"kassette", "integrations"},

@@ -60,6 +60,7 @@ CORE_MODULES = [
     "kassette.journal",
     "kassette.lineage",
     "kassette.retry",
+    "kassette.sessions",
     "kassette.state",
     "kassette.storage",
     "kassette.storage.local",
