@@ -36,7 +36,14 @@ from kassette.errors import (
 )
 from kassette.fork import NO_RESULT
 from kassette.journal import Journal
-from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
+from kassette.lineage import (
+    RunNode,
+    build_forest,
+    creation_order,
+    draw_tree,
+    source_run,
+    tree_lines,
+)
 from kassette.sessions import cancel_run
 from kassette.storage import Storage, open_storage, validate_run_id
 from kassette.storage.local import LocalStorage
@@ -130,25 +137,43 @@ def _report(exc: BaseException, stream: IO[str]) -> None:
 # -- the verbs -------------------------------------------------------------------------------
 
 
-def _listed_runs(storage: Storage) -> list[RunNode]:
+# a run as `list` and `tree` show it: run id, status, source, steps, edited (see `RunNode`)
+_Listed = tuple[str, str, dict[str, Any] | None, int, bool]
+
+
+def _listed(storage: Storage) -> list[_Listed]:
     """Every run, oldest first (see `kassette.lineage.creation_order`); a corrupt journal has
     no source to follow and no creation time."""
-    runs: dict[str, RunNode] = {}
+    runs: dict[str, _Listed] = {}
     created: dict[str, float | None] = {}  # POSIX seconds
+    parents: dict[str, str | None] = {}  # the forks' sources
+    status_of = Journal.status_of
     for run_id in storage.list_runs():
         snapshot = storage.read(run_id)
         if snapshot is None:
             continue  # deleted between listing and reading
         try:
-            status = Journal.status_of(snapshot.data, run_id)
+            status = status_of(snapshot.data, run_id)
         except JournalCorruptionError:
-            runs[run_id], created[run_id] = RunNode.of(run_id, CORRUPT, None, 0), None
+            runs[run_id], created[run_id] = (run_id, CORRUPT, None, 0, False), None
             continue
-        edited = status.source is not None and _edits_fork_point(snapshot.data, run_id)
-        runs[run_id] = RunNode.of(run_id, status.status, status.source, status.steps, edited=edited)
+        source = status.source
+        if source is None:
+            runs[run_id] = (run_id, status.status, None, status.steps, False)
+        else:
+            edited = _edits_fork_point(snapshot.data, run_id)
+            runs[run_id] = (run_id, status.status, source, status.steps, edited)
+            parents[run_id] = source_run(source)
         created[run_id] = _seconds(status.created_at)
-    order = creation_order(created, {run_id: run.parent_run_id for run_id, run in runs.items()})
-    return [runs[run_id] for run_id in order]
+    return [runs[run_id] for run_id in creation_order(created, parents)]
+
+
+def _listed_runs(storage: Storage) -> list[RunNode]:
+    """`_listed` as the nodes of the fork forest."""
+    return [
+        RunNode.of(run_id, status, source, steps, edited=edited)
+        for run_id, status, source, steps, edited in _listed(storage)
+    ]
 
 
 def _edits_fork_point(data: bytes, run_id: str) -> bool:
@@ -172,14 +197,16 @@ def _seconds(timestamp: str | None) -> float | None:
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:
-    runs: Iterator[RunNode] = iter(_listed_runs(storage))
+    runs: Iterator[_Listed] = iter(_listed(storage))
     if args.status is not None:
-        runs = (run for run in runs if run.status == args.status)
+        runs = (run for run in runs if run[1] == args.status)
+    # what `_json_line({"runId": ..., "status": ...})` writes, without a dict per run; one
+    # write, not one per run
     lines = [
-        _json_line({"runId": run.run_id, "status": run.status})
-        for run in itertools.islice(runs, args.limit)
+        f'{{"runId":{to_json(run_id)},"status":{to_json(status)}}}\n'
+        for run_id, status, *_ in itertools.islice(runs, args.limit)
     ]
-    _write(b"".join(lines))  # one write, not one per run
+    _write("".join(lines).encode())
 
 
 def _status(storage: Storage, args: argparse.Namespace) -> None:

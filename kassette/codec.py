@@ -45,6 +45,7 @@ __all__ = [
     "check_json",
     "check_json_encoded",
     "decode_line",
+    "decode_vouched",
     "encode",
     "encode_entry",
     "escapes_surrogate",
@@ -176,8 +177,37 @@ def parse_moment(text: str) -> datetime:
 
 
 def parse_timestamp(text: str) -> float:
-    """Seconds since the epoch for a journal timestamp (see `parse_moment`)."""
+    """Seconds since the epoch for a journal timestamp (see `parse_moment`). A timestamp in the
+    journal's own format (`format_timestamp`) is read without a `datetime` (`kassette list`
+    reads one per run): the same number, as both divide the same whole milliseconds."""
+    moment = _CANONICAL_MOMENT.fullmatch(text)
+    if moment is not None:
+        day, hours, minutes, seconds, millis = moment.groups()
+        days = _epoch_days.get(day)
+        if days is None:
+            days = _days_since_epoch(day)
+        hour, minute, second = int(hours), int(minutes), int(seconds)
+        if days is not None and hour < 24 and minute < 60 and second < 60:
+            return ((((days * 24 + hour) * 60 + minute) * 60 + second) * 1000 + int(millis)) / 1000
     return parse_moment(text).timestamp()
+
+
+_CANONICAL_MOMENT = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z", re.ASCII)
+_epoch_days: dict[str, int] = {}  # the dates `parse_timestamp` met, as days since 1970-01-01
+
+
+def _days_since_epoch(day: str) -> int | None:
+    """Days from 1970-01-01 to the date `day` (YYYY-MM-DD), remembered; None if it is none."""
+    from datetime import date
+
+    try:
+        days = date.fromisoformat(day).toordinal() - 719_163  # date(1970, 1, 1).toordinal()
+    except ValueError:
+        return None
+    if len(_epoch_days) >= 4096:  # a store's runs span few days; never grow without bound
+        _epoch_days.clear()
+    _epoch_days[day] = days
+    return days
 
 
 def new_run_id() -> str:
@@ -282,6 +312,19 @@ def decode_line(line: bytes) -> Any:
     if b"\\u" in line and _ESCAPED_SURROGATE.search(line):
         _ENCODER.encode(value).encode()  # UnicodeEncodeError (a ValueError) for a lone one
     return value
+
+
+def decode_vouched(line: bytes) -> Any:
+    """`decode_line` for a line known to be UTF-8 text, nested no deeper than `MAX_LINE_DEPTH`
+    and free of escaped lone surrogates (as a reader checks a whole journal at once): the JSON
+    scanner alone. None for anything but one JSON value that fills the line (a leading byte
+    order mark or a trailing blank too): `decode_line` reads those, or says what is wrong."""
+    text = line.decode("utf-8", UTF8_ERRORS)
+    try:
+        value, end = _SCAN(text, 0)  # a leading mark or blank: StopIteration
+    except (StopIteration, ValueError):
+        return None
+    return value if end == len(text) else None
 
 
 def read_entry(line: bytes, run_id: str, expected: int, line_number: int | None = None) -> Entry:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["RunNode", "build_forest", "creation_order", "draw_tree", "tree_lines"]
+__all__ = ["RunNode", "build_forest", "creation_order", "draw_tree", "source_run", "tree_lines"]
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -49,12 +49,11 @@ class RunNode:
     ) -> RunNode:
         """The node of a run whose state records `source` (a fork's `{runId, fromOffset}`, as a
         journal may hold it: a field of another type counts as absent)."""
-        parent = (source or {}).get("runId")
         offset = (source or {}).get("fromOffset")
         return cls(
             run_id=run_id,
             status=status,
-            parent_run_id=parent if isinstance(parent, str) else None,
+            parent_run_id=source_run(source),
             fork_offset=offset
             if isinstance(offset, int) and not isinstance(offset, bool)
             else None,
@@ -70,6 +69,13 @@ class RunNode:
             parts.append(f"from offset {self.fork_offset}" + (", edited" if self.edited else ""))
         parts.append(f"{self.steps} step{'s' if self.steps != 1 else ''}")
         return f"{self.run_id} ({', '.join(parts)})"
+
+
+def source_run(source: Mapping[str, object] | None) -> str | None:
+    """The run a fork's recorded `source` names (None for a run that is not a fork, or a
+    `runId` that is not a string)."""
+    parent = source.get("runId") if source is not None else None
+    return parent if isinstance(parent, str) else None
 
 
 def build_forest(runs: Iterable[RunNode]) -> tuple[RunNode, ...]:
@@ -107,7 +113,7 @@ def creation_order(
     """
     depths = _fork_depths({run_id: parents.get(run_id) for run_id in created})
 
-    def key(run_id: str) -> tuple[bool, float, int, list[tuple[str, int]], str]:
+    def key(run_id: str) -> tuple[bool, float, int, list[str | int], str]:
         moment = created[run_id]
         when = 0.0 if moment is None else moment
         return (moment is None, when, depths[run_id], _natural(run_id), run_id)
@@ -115,10 +121,13 @@ def creation_order(
     return sorted(created, key=key)
 
 
-def _natural(run_id: str) -> list[tuple[str, int]]:
-    """`run_id` as (text, the number after it) pairs, so run ids compare numbers as numbers."""
-    parts = _DIGITS.split(run_id)
-    return list(zip(parts[0::2], [int(n) for n in parts[1::2]] + [-1], strict=True))
+def _natural(run_id: str) -> list[str | int]:
+    """`run_id` as its text and its numbers in turn (`"a.10"`: `["a.", 10, ""]`), so run ids
+    compare numbers as numbers: texts meet texts and numbers numbers, and a run id that is
+    the start of another comes first."""
+    parts: list[str | int] = _DIGITS.split(run_id)
+    parts[1::2] = map(int, parts[1::2])
+    return parts
 
 
 def tree_lines(roots: Iterable[RunNode]) -> Iterator[tuple[str, RunNode]]:

@@ -120,11 +120,20 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
             version = state.version
         if created is not None:
             return state if version == state.version else state._replace(version=version)
-        return state._replace(  # one copy: a status fold reads a start in every run
-            version=version,
-            created_offset=entry["offset"],
-            params=_params(entry),
-            input=entry.get("metadata"),
+        # one copy, by the constructor with every field in order (a third of `_replace`'s
+        # cost): a status fold reads a start in every run
+        return RunState(
+            state.status,
+            version,
+            state.source,
+            state.pending_events,
+            state.delivered,
+            state.result,
+            state.error,
+            entry["offset"],
+            state.ended_offset,
+            _params(entry),
+            entry.get("metadata"),
         )
     if kind == "suspend":
         key = event_id(entry)
@@ -137,11 +146,18 @@ def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
             return state
         pending = tuple(e for e in state.pending_events if e != key)
         return _settled(state, pending, state.delivered | {key})
-    return state._replace(
-        status=_STATUS_OF_TERMINAL[kind],
-        result=entry.get("result") if kind == "complete" else None,
-        error=ErrorInfo.of(entry.get("error")) if kind == "error" else None,
-        ended_offset=entry["offset"],
+    return RunState(  # every field in order, as above
+        _STATUS_OF_TERMINAL[kind],
+        state.version,
+        state.source,
+        state.pending_events,
+        state.delivered,
+        entry.get("result") if kind == "complete" else None,
+        ErrorInfo.of(entry.get("error")) if kind == "error" else None,
+        state.created_offset,
+        entry["offset"],
+        state.params,
+        state.input,
     )
 
 

@@ -197,6 +197,8 @@ HOSTILE_LINES = {
     + b"}\n",
     "invalid UTF-8": STEP_HEAD + b'"stepId":"a","name":"a","result":"\xff"}\n',
     "surrogate bytes": STEP_HEAD + b'"stepId":"a","name":"a","result":"\xed\xa0\x80"}\n',
+    "an offset written 01": STEP_HEAD.replace(b'"offset":1', b'"offset":01')
+    + b'"stepId":"a","name":"a","result":1}\n',
 }
 
 
@@ -232,6 +234,18 @@ def test_a_hostile_line_is_corruption_for_every_verb(tmp_path: Path, hostile: st
     tree = run_module("tree", cwd=tmp_path, env=env)
     assert (tree.returncode, tree.stdout) == (0, b"good (completed)\nbad (corrupt)\n")
     assert sorted(os.listdir(tmp_path / "j")) == ["bad.jsonl", "good.jsonl"]
+
+
+def test_list_shows_a_journal_opening_with_a_broken_step_line_as_corrupt(cli: Cli) -> None:
+    """Its first entry's time is read from that line: corruption, not a traceback."""
+    write_runs(cli)
+    head = STEP_HEAD.replace(b'"offset":1', b'"offset":0')
+    broken = head + b'"stepId":"a","name":"a","result":[1,}\n'
+    fine = STEP_HEAD + b'"stepId":"b","name":"b"}\n'
+    (cli.directory / "headless.jsonl").write_bytes(broken + fine)
+    runs = cli.json_lines("list")
+    assert runs[-1] == {"runId": "headless", "status": "corrupt"}
+    assert len(runs) == 5
 
 
 @pytest.mark.parametrize("args", [["--limit", "-1"], ["--limit", "many"], ["--status", "finished"]])

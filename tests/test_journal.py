@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kassette.codec import parse_moment
 from kassette.core import cancel_run, fork_run, open_run, read_journal
 from kassette.errors import (
     EventNameCollisionError,
@@ -638,6 +640,36 @@ def test_parse_timestamp_reads_other_iso_forms() -> None:
     assert parse_timestamp("2026-01-01T01:00:00+01:00") == 1_767_225_600.0
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=-30_610_224_000_000, max_value=253_402_300_799_999))
+def test_parse_timestamp_reads_the_journals_format_as_a_datetime_does(millis: int) -> None:
+    """The journal's own format is read without a datetime: the very same float, from year 1000
+    (`format_timestamp` writes four digits from there) to 9999."""
+    text = format_timestamp(millis / 1000)
+    assert parse_timestamp(text) == parse_moment(text).timestamp()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-02-29T00:00:00.000Z",  # not a leap year
+        "2026-13-01T00:00:00.000Z",
+        "2026-00-10T00:00:00.000Z",
+        "0000-01-01T00:00:00.000Z",
+        "2026-01-01T24:00:00.000Z",
+        "2026-01-01T23:60:00.000Z",
+        "2026-01-01T23:59:60.000Z",
+        "2026-01-01T23:59:5x.000Z",
+    ],
+)
+def test_parse_timestamp_refuses_what_looks_like_the_journals_format_but_is_no_time(
+    text: str,
+) -> None:
+    with pytest.raises(ValueError):
+        parse_timestamp(text)
+    assert parse_timestamp("2024-02-29T23:59:59.999Z") == 1_709_251_199.999  # a leap day
+
+
 # -- a journal cut at any byte ----------------------------------------------------------------
 
 
@@ -846,6 +878,8 @@ def test_status_without_step_bodies_is_the_parsed_journals_status(
         b'{"type":"step","session":1,"offset":1,"timestamp":"t","stepId":"a","name":7,"result":1}',
         b'{"type":"step","session":1,"offset":1,"timestamp":"t","stepId":"a","name":"n\xff"}',
         b'{"type":"step","session":1,"offset":1,"timestamp":"t","stepId":"a","name":"n"',
+        b'{"type":"step","session":1,"offset":01,"timestamp":"t","stepId":"a","name":"n"}',
+        b'{"type":"step","session":01,"offset":1,"timestamp":"t","stepId":"a","name":"n"}',
     ],
 )
 def test_status_without_step_bodies_still_finds_a_broken_step_envelope(line: bytes) -> None:
@@ -854,6 +888,52 @@ def test_status_without_step_bodies_still_finds_a_broken_step_envelope(line: byt
         Journal.parse(start + line + b"\n", "r")
     with pytest.raises(JournalCorruptionError):
         Journal.status_of(start + line + b"\n", "r")
+    steps = _step_line(2, b"1") + _step_line(3, b"1")  # followed by step lines: the same
+    with pytest.raises(JournalCorruptionError) as status:
+        Journal.status_of(start + line + b"\n" + steps, "r")
+    assert status.value.offset == 1
+
+
+def test_status_of_a_journal_opening_with_a_step_line_whose_result_is_broken() -> None:
+    """Its first entry's time is read from the line, which is then corruption (it was a bare
+    JSONDecodeError: `kassette list` stopped with a traceback)."""
+    data = _step_line(0, b"[1,}") + _step_line(1, b"1")
+    with pytest.raises(JournalCorruptionError) as parsed:
+        Journal.parse(data, "r")
+    with pytest.raises(JournalCorruptionError) as status:
+        Journal.status_of(data, "r")
+    assert parsed.value.offset == status.value.offset == 0
+
+
+def test_status_of_every_byte_cut_of_a_real_journal_is_the_parsed_prefixs(tmp_path: Path) -> None:
+    """Two sessions as the core writes them, a suspend, a resume: whatever a reader finds."""
+    storage = LocalStorage(tmp_path)
+    _write_real_journal(storage, [1, "ü", {"a": [None, 2.5]}, [True]], suspend_after=False)
+    data = (tmp_path / "cut.jsonl").read_bytes()
+    assert Journal.parse(data, "cut").max_session == 2
+    for cut in range(len(data) + 1):
+        assert Journal.status_of(data[:cut], "cut") == Journal.parse(data[:cut], "cut").status()
+
+
+def test_status_is_the_run_status_its_constructor_builds() -> None:
+    """The fold fills a RunStatus's fields at once (`kassette.journal._status`): every field,
+    nothing else, still frozen."""
+    stamp = "2026-01-01T00:00:00.000Z"
+    source = {"runId": "src", "fromOffset": 1}
+    data = b"".join(
+        encode(entry)
+        for entry in [
+            {"type": "start", "session": 1, "offset": 0, "timestamp": stamp, "metadata": 1},
+            {"type": "start", "session": 2, "offset": 1, "timestamp": stamp, "source": source},
+            {"type": "error", "session": 2, "offset": 2, "timestamp": stamp, "error": {}},
+        ]
+    )
+    for status in (Journal.status_of(data, "r"), Journal.parse(data, "r").status()):
+        built = RunStatus(**{f.name: getattr(status, f.name) for f in dataclasses.fields(status)})
+        assert status == built and vars(status) == vars(built)
+        assert (status.source, status.sessions, status.error) == (source, 2, ErrorInfo("Error", ""))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            status.status = "running"  # type: ignore[misc]
 
 
 def _step_line(offset: int, result_json: bytes) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -164,6 +166,20 @@ def test_branches_created_together_are_ordered_by_their_numbers() -> None:
     ]
     (root,) = build_forest([run("root"), *(run(b, "root", 2) for b in reversed(branches))])
     assert [child.run_id for child in root.children] == branches  # siblings too
+
+
+def _numbers_as_numbers(run_id: str) -> list[tuple[str, int]]:
+    """The order `creation_order` promises, spelled out: (text, the number after it) pairs,
+    the last text followed by -1, so a run id that starts another comes first."""
+    parts = re.split(r"(\d+)", run_id)
+    return list(zip(parts[0::2], [*map(int, parts[1::2]), -1], strict=True))
+
+
+@given(st.lists(st.text(alphabet="ab.-0129", max_size=8), unique=True, max_size=30))
+def test_runs_created_together_are_ordered_by_their_run_ids_numbers(run_ids: list[str]) -> None:
+    created = dict.fromkeys(run_ids, 1.0)
+    expected = sorted(run_ids, key=lambda run_id: (_numbers_as_numbers(run_id), run_id))
+    assert creation_order(created, {}) == expected
 
 
 def test_unknown_times_come_last() -> None:

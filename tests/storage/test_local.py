@@ -82,7 +82,9 @@ def test_journal_file_is_the_encoded_entries(storage: LocalStorage, root: Path) 
     assert snapshot is not None and snapshot.data == data and snapshot.token == str(len(data))
 
 
-@pytest.mark.parametrize("size", [0, 1, 65_535, 65_536, 65_537, 400_000])
+@pytest.mark.parametrize(
+    "size", [0, 1, 65_535, 65_536, 65_537, 196_607, 196_608, 196_609, 400_000, 1_000_000]
+)
 def test_read_returns_every_byte_of_a_journal_of_any_size(
     storage: LocalStorage, root: Path, size: int
 ) -> None:
