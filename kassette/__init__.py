@@ -6,6 +6,7 @@ survive crashes, suspend for humans, resume from any process, and fork.
 """
 
 from kassette.core import open_run
+from kassette.engine import RunResult
 from kassette.errors import (
     CancelledError,
     EventNameCollisionError,
@@ -31,7 +32,7 @@ from kassette.state import ErrorInfo, RunStatus
 from kassette.storage import Storage, open_storage
 from kassette.storage.local import LocalStorage
 from kassette.storage.memory import MemoryStorage
-from kassette.workflow import AsyncContext, AsyncWorkflow, Context, RunResult, Workflow, kassette
+from kassette.workflow import AsyncContext, AsyncWorkflow, Context, Workflow, kassette
 
 __version__ = "0.1.0"
 

@@ -4,98 +4,38 @@ Every `start`, `resume` and `fork` opens a session of the run (see `kassette.cor
 the function from the top. `ctx.step`, `ctx.suspend`, `ctx.parallel` and `ctx.sleep` answer
 from the journal while it has their ids and run live after that, so a re-invoked run continues
 at its first unfinished step. A `def` workflow gets a `Workflow` and a blocking `Context`; an
-`async def` one gets an `AsyncWorkflow` and an awaitable `AsyncContext`. Both share one engine:
-only the calling of user code differs, and an async workflow's storage I/O runs in a worker
-thread of its invocation, so the event loop never waits on a write.
+`async def` one gets an `AsyncWorkflow` and an awaitable `AsyncContext`. Both share one engine
+(`kassette.engine`: opening the session, settling the outcome): only the calling of user code
+differs, and an async workflow's storage I/O runs in a worker thread of its invocation, so the
+event loop never waits on a write.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeGuard, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, overload
 
-from kassette.clock import Clock, SystemClock
-from kassette.codec import (
-    check_json,
-    format_timestamp,
-    new_run_id,
-    parse_timestamp,
-    validate_name,
-)
-from kassette.core import (
-    Run,
-    Step,
-    StepIds,
-    open_fork,
-    open_run,
-    read_journal,
-    run_status,
-)
-from kassette.errors import (
-    InvalidArgumentError,
-    KassetteError,
-    ReplayMismatchError,
-    Suspended,
-)
+from kassette.clock import Clock
+from kassette.codec import format_timestamp, parse_timestamp, validate_name
+from kassette.core import Run, Step, StepIds, run_status
+from kassette.engine import Engine, RunResult
+from kassette.errors import InvalidArgumentError, KassetteError, ReplayMismatchError, Suspended
 from kassette.fork import NO_RESULT
 from kassette.retry import NO_RETRY, Retry
 from kassette.sessions import cancel_run
-from kassette.state import ErrorInfo, RunStatus, html_table
-from kassette.storage import Storage, open_storage
+from kassette.state import RunStatus
+from kassette.storage import Storage
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
+# `RunResult` is `kassette.engine.RunResult`, re-exported: the public path is `kassette`
 __all__ = ["AsyncContext", "AsyncWorkflow", "Context", "RunResult", "Workflow", "kassette"]
 
 I = TypeVar("I")  # noqa: E741 - the workflow's input
 R = TypeVar("R")
 T = TypeVar("T")
-ResultStatus = Literal["success", "suspended", "failed", "canceled"]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How one invocation of a run ended. `events` are the pending events of a suspended run,
-    in the order the code waits for them (a parallel block's in the order of its branches).
-    `unreplayed` names steps the journal recorded before this invocation that its code never
-    replayed: a fork's prefix holds a step the calling code no longer has (renamed, say)."""
-
-    run_id: str
-    status: ResultStatus
-    result: Any = None
-    events: tuple[str, ...] = ()
-    error: ErrorInfo | None = None
-    unreplayed: tuple[str, ...] = ()
-
-    @property
-    def event(self) -> str | None:
-        """The first pending event id, or None."""
-        return self.events[0] if self.events else None
-
-    def __repr__(self) -> str:
-        # `unreplayed` is shown only when it names something: it rarely does
-        fields = f"run_id={self.run_id!r}, status={self.status!r}, result={self.result!r}, "
-        fields += f"events={self.events!r}, error={self.error!r}"
-        if self.unreplayed:
-            fields += f", unreplayed={self.unreplayed!r}"
-        return f"RunResult({fields})"
-
-    def _repr_html_(self) -> str:
-        fields = {
-            "run_id": self.run_id,
-            "status": self.status,
-            "result": self.result,
-            "events": list(self.events),
-            "error": self.error.to_dict() if self.error else None,
-        }
-        if self.unreplayed:
-            fields["unreplayed"] = list(self.unreplayed)
-        return html_table(fields)
-
-
 Outcome = tuple[bool, Any]  # (True, the value returned) or (False, the exception raised)
 
 
@@ -388,140 +328,7 @@ class AsyncContext(_ContextBase):
         return _gather(dict(zip(scoped, results, strict=True)), self.run_id)
 
 
-class _Engine(Generic[I, R]):
-    """Opening sessions and settling outcomes: everything but calling the user's function."""
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        storage: Storage | str,
-        version: str | None,
-        clock: Clock | None,
-    ) -> None:
-        self.fn = fn
-        self.storage = open_storage(storage)
-        self.version = version
-        self.clock = clock or SystemClock()
-        self.__doc__ = fn.__doc__
-        self.__name__ = getattr(fn, "__name__", type(self).__name__)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.fn.__qualname__} on {self.storage!r}>"
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # The function travels by name when its module has it at the top level (decorated
-        # or not), else as itself: cloudpickle (Dask) takes a notebook's functions by value.
-        # The storage, version and clock travel as they are (see the storages' pickling).
-        module = getattr(self.fn, "__module__", None)
-        name = getattr(self.fn, "__qualname__", "")
-        named = module not in (None, "__main__") and _named(module, name) in (self, self.fn)
-        fn = (module, name) if named else self.fn
-        return _rebuilt, (type(self), fn, self.storage, self.version, self.clock)
-
-    def _open_start(self, input: Any, run_id: str | None, params: Mapping[str, Any] | None) -> Run:
-        run_id = run_id if run_id is not None else new_run_id()
-        return open_run(
-            self.storage,
-            run_id,
-            metadata=input,
-            version=self.version,
-            clock=self.clock,
-            params=params,
-        )
-
-    def _open_resume(self, run_id: str, event: str, value: Any) -> Run:
-        if not isinstance(event, str):
-            raise InvalidArgumentError(f"event must be a string, not {event!r}", run_id=run_id)
-        value = check_json(value, f"value for event {event!r}")  # before the session opens
-        journal = read_journal(self.storage, run_id)
-        journal.ensure_open()
-        journal.require_event(event)
-        run = open_run(self.storage, run_id, version=self.version, clock=self.clock)
-        try:
-            run.deliver(event, value)
-        except BaseException:
-            run.close()
-            raise
-        return run
-
-    def _open_fork(
-        self,
-        run_id: str,
-        offset: int | None,
-        step: str | None,
-        new_run_id: str | None,
-        params: Mapping[str, Any] | None,
-        result: Any,
-    ) -> Run:
-        return open_fork(
-            self.storage,
-            run_id,
-            offset=offset,
-            step=step,
-            new_run_id=new_run_id,
-            version=self.version,
-            clock=self.clock,
-            params=params,
-            result=result,
-        )
-
-    @staticmethod
-    def _settle(run: Run, value: Any = None, exc: BaseException | None = None) -> RunResult:
-        """Turn how the function ended into a journaled outcome and a `RunResult`."""
-        terminal = run.journal.terminal
-        if (
-            terminal is not None
-            and terminal["type"] == "cancel"
-            and terminal["session"] == run.session
-            and (exc is None or isinstance(exc, Exception | Suspended))
-        ):
-            # a suspend timed out and canceled the run: user code catching that cannot undo it
-            return RunResult(run.run_id, "canceled", unreplayed=run.unreplayed)
-        if exc is None:
-            result = run.complete(value)
-            return RunResult(run.run_id, "success", result=result, unreplayed=run.unreplayed)
-        if isinstance(exc, Suspended):
-            # branches journal their suspends in whatever order their threads or tasks run
-            order = {event: index for index, event in enumerate(exc.events)}
-            pending = sorted(run.journal.pending_events, key=lambda e: order.get(e, len(order)))
-            return RunResult(
-                run.run_id, "suspended", events=tuple(pending), unreplayed=run.unreplayed
-            )
-        if isinstance(exc, KassetteError) or not isinstance(exc, Exception):
-            raise exc
-        run.fail(exc)
-        error = ErrorInfo(type(exc).__name__, str(exc))
-        return RunResult(run.run_id, "failed", error=error, unreplayed=run.unreplayed)
-
-
-def _named(module: str | None, qualname: str) -> Any:
-    """The object `module.qualname` names, or None."""
-    import sys
-
-    found: Any = sys.modules.get(module or "")
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    return found
-
-
-def _rebuilt(
-    kind: type[_Engine[Any, Any]],
-    fn: Callable[..., Any] | tuple[str, str],
-    storage: Storage,
-    version: str | None,
-    clock: Clock,
-) -> _Engine[Any, Any]:
-    """An unpickled workflow: `fn` given by (module, qualname) is imported."""
-    if isinstance(fn, tuple):
-        import importlib
-
-        importlib.import_module(fn[0])
-        found = _named(*fn)
-        fn = found.fn if isinstance(found, _Engine) else found
-    return kind(fn, storage, version, clock)
-
-
-class Workflow(_Engine[I, R]):
+class Workflow(Engine[I, R]):
     """A durable `def` workflow. Methods block and return when the invocation ends."""
 
     def _invoke(self, run: Run) -> RunResult:
@@ -574,7 +381,7 @@ class Workflow(_Engine[I, R]):
         return cancel_run(self.storage, run_id, reason)
 
 
-class AsyncWorkflow(_Engine[I, R]):
+class AsyncWorkflow(Engine[I, R]):
     """A durable `async def` workflow: the same methods as `Workflow`, awaitable.
 
     Every storage call (opening the session, appends and their read-backs, the outcome,

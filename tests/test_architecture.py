@@ -74,6 +74,7 @@ def test_the_layers_only_import_downward() -> None:
         {"fork"},
         {"sessions"},
         {"core"},
+        {"engine"},
         {"workflow", "testing"},
         {"kassette", "integrations"},
         {"explore", "koto"},

@@ -55,6 +55,7 @@ CORE_MODULES = [
     "kassette.clock",
     "kassette.codec",
     "kassette.core",
+    "kassette.engine",
     "kassette.errors",
     "kassette.fork",
     "kassette.journal",

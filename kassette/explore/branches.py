@@ -29,6 +29,7 @@ import pandas as pd
 
 from kassette.codec import check_json
 from kassette.core import read_journal, run_status
+from kassette.engine import ResultStatus, RunResult
 from kassette.errors import (
     InvalidArgumentError,
     MetadataMismatchError,
@@ -37,7 +38,7 @@ from kassette.errors import (
 )
 from kassette.fork import plan_fork
 from kassette.state import ErrorInfo, RunStatus
-from kassette.workflow import AsyncWorkflow, ResultStatus, RunResult, Workflow
+from kassette.workflow import AsyncWorkflow, Workflow
 
 if TYPE_CHECKING:
     from kassette.explore.frames import Journals

@@ -19,6 +19,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from kassette.codec import TERMINAL_TYPES
+from kassette.engine import RunResult
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore.branches import Branches, fan_out
 from kassette.explore.frames import Journals, load
@@ -27,7 +28,7 @@ from kassette.explore.widgets._awaiting import settle
 from kassette.explore.widgets._rows import status_color
 from kassette.explore.widgets.compare import CompareView
 from kassette.explore.widgets.tree import RunTree
-from kassette.workflow import AsyncWorkflow, RunResult, Workflow
+from kassette.workflow import AsyncWorkflow, Workflow
 
 __all__ = ["ForkExplorer"]
 
