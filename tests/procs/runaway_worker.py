@@ -1,9 +1,10 @@
 """A worker process for tests/storage/test_cancel_live.py: a runaway workflow that records
 steps back to back, with no work between them, until it is canceled.
 
-Usage: `python runaway_worker.py STORAGE_URL RUN_ID` (boto3's environment pointing at the test
-server for an `s3://` URL). It prints `started` once its first step is recorded, then records
-steps `s1`, `s2`, ... as fast as it can, at most `LIMIT` of them or for `SECONDS`. The last
+Usage: `python runaway_worker.py STORAGE_URL RUN_ID [PAUSE]` (boto3's environment pointing at
+the test server for an `s3://` URL). It prints `started` once its first step is recorded, then
+records steps `s1`, `s2`, ... as fast as it can (or each after PAUSE seconds of "work"), at
+most `LIMIT` of them or for `SECONDS`. The last
 line printed is `{"outcome": "canceled" | "ran out" | ERROR_NAME, "acked": [step ids]}`:
 `acked` holds every step whose `ctx.step` returned, so the test can check none is missing.
 """
@@ -21,7 +22,7 @@ LIMIT = 20_000
 SECONDS = 30.0
 
 
-def main(url: str, run_id: str) -> None:
+def main(url: str, run_id: str, pause: float = 0.0) -> None:
     acked: list[str] = []
     deadline = time.monotonic() + SECONDS
 
@@ -32,6 +33,8 @@ def main(url: str, run_id: str) -> None:
         for number in range(1, LIMIT):
             if time.monotonic() > deadline:
                 break
+            if pause:
+                time.sleep(pause)
             ctx.step(f"s{number}", lambda number=number: number)
             acked.append(f"s{number}")
         return "ran out"
@@ -46,4 +49,4 @@ def main(url: str, run_id: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *map(float, sys.argv[3:4]))
