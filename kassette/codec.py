@@ -123,7 +123,7 @@ def check_json(value: object, what: str) -> Any:
 
 def check_json_encoded(value: object, what: str) -> tuple[Any, bytes]:
     """`check_json`, and the JSON text (UTF-8) the value was checked as, for a caller that
-    journals it (`encode_with`): a value is then encoded once per append, not twice. Replay
+    journals it (`encode_entry`): a value is then encoded once per append, not twice. Replay
     decodes that text, which is exactly what the returned value was decoded from."""
     try:
         try:
