@@ -164,7 +164,11 @@ def _listed(storage: Storage) -> list[_Listed]:
             edited = _edits_fork_point(snapshot.data, run_id)
             runs[run_id] = (run_id, status.status, source, status.steps, edited)
             parents[run_id] = source_run(source)
-        created[run_id] = _seconds(status.created_at)
+        stamp = status.created_at
+        try:
+            created[run_id] = parse_timestamp(stamp) if stamp is not None else None
+        except ValueError:  # an unreadable time: unknown, as none
+            created[run_id] = None
     return [runs[run_id] for run_id in creation_order(created, parents)]
 
 
@@ -186,14 +190,6 @@ def _edits_fork_point(data: bytes, run_id: str) -> bool:
     if created is None:
         return False
     return any(e.get("edited") is True for e in journal.entries[created + 1 : created + 3])
-
-
-def _seconds(timestamp: str | None) -> float | None:
-    """A journal timestamp as POSIX seconds; None if there is none or it is unreadable."""
-    try:
-        return parse_timestamp(timestamp) if timestamp is not None else None
-    except ValueError:
-        return None
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ The codec's and the state's names are re-exported here, where they were first de
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,11 +111,13 @@ _STEP_HEAD = (
 _STEP_LINE = re.compile(_STEP_HEAD)
 # a whole step line (without its `\n`), ending its object: `.*` goes to the line's end at once
 # (groups: session and offset as written, `1,"offset":7`; session; offset; timestamp)
+# (possessive: what follows a part never matches its last character, and backtracking costs)
 _STEP_LINE_WHOLE = re.compile(
-    rb'\{"type":"step","session":(([1-9][0-9]{0,17}),"offset":(0|[1-9][0-9]{0,17})),'
-    rb'"timestamp":"([^"\\\n]*)","stepId":"[^"\\\n]*(?:\\.[^"\\\n]*)*","name":".*\}',
+    rb'\{"type":"step","session":(([1-9][0-9]{0,17}+),"offset":(0|[1-9][0-9]{0,17}+)),'
+    rb'"timestamp":"([^"\\\n]*+)","stepId":"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+","name":".*\}',
     re.DOTALL,
 )
+_ENVELOPE = operator.itemgetter(1)  # of a `_STEP_LINE_WHOLE` match: `1,"offset":7`
 _NO_STATE = RunState()  # a run with no entries (immutable: shared)
 _WRITTEN_KEPT = 4096  # how many offsets `_written` keeps written out, per session
 _written_kept: dict[bytes, list[bytes]] = {}
@@ -421,7 +424,12 @@ def _vouched_status(data: bytes, run_id: str) -> RunStatus | None:
         # each step line's offset is its line's: compared with what the first step line's
         # session writes there, a session and offset at once, or one by one
         session = matched[0][2]
-        if _in_place([step[1] for step in matched], _written(session, count), others):
+        envelopes, written = list(map(_ENVELOPE, matched)), _written(session, count)
+        if others == [0] or others == [0, count - 1]:  # a start, steps, perhaps an end
+            in_place = envelopes == written[1 : len(envelopes) + 1]
+        else:
+            in_place = _in_place(envelopes, written, others)
+        if in_place:
             max_session = int(session)
         elif _in_place([step[3] for step in matched], _written(b"", count), others):
             max_session = max(map(int, {step[2] for step in matched}))
