@@ -135,9 +135,11 @@ class LocalStorage:
             return
         except OSError as exc:
             raise StorageError(f"cannot list {self.path}: {exc}") from exc
-        for name in names:
-            if name.endswith(_SUFFIX) and not name.startswith("."):
-                yield name[: -len(_SUFFIX)]
+        yield from [  # not a loop in Python: `kassette list` lists thousands
+            name[: -len(_SUFFIX)]
+            for name in names
+            if name.endswith(_SUFFIX) and not name.startswith(".")
+        ]
 
     @contextlib.contextmanager
     def lock(self, run_id: str, session: int) -> Iterator[None]:
