@@ -18,11 +18,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kassette.clock import Clock
-from kassette.codec import TERMINAL_TYPES, Entry, encode, encode_entry, format_timestamp
+from kassette.codec import (
+    TERMINAL_TYPES,
+    Entry,
+    encode,
+    encode_entry,
+    format_timestamp,
+    read_entry,
+)
 from kassette.errors import (
     CancelledError,
     ConflictError,
     FencedError,
+    JournalCorruptionError,
     RunNotFoundError,
     StorageError,
     TerminalRunError,
@@ -123,7 +131,7 @@ def commit_all(
                 run_id=run_id,
                 offset=offset,
             ) from failure
-        current = Journal.parse(snapshot.data, run_id)  # `_landed` parsed it: it reads
+        current = Journal.parse(snapshot.data, run_id)
         if current.max_session > session:
             newer = next(e for e in current.entries if e["session"] > session)
             canceled = current.state.status == "canceled"
@@ -176,13 +184,25 @@ def _landed(
     """
     if snapshot is None:
         return None
-    return snapshot.token if _ends_with(Journal.parse(snapshot.data, run_id), entries) else None
+    return snapshot.token if _ends_with(snapshot.data, run_id, entries) else None
 
 
-def _ends_with(journal: Journal, entries: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether `entries` are exactly the journal's last entries, at their own offsets."""
+def _ends_with(data: bytes, run_id: str, entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `entries` are exactly the last entries of the journal `data`, at their own
+    offsets. Only its last lines are read: a long journal is not parsed to learn this."""
+    end = data.rfind(b"\n") + 1  # a torn final line is not an entry
+    start = end
+    for _ in entries:
+        if start == 0:
+            return False
+        start = data.rfind(b"\n", 0, start - 1) + 1
     first = entries[0]["offset"]
-    return journal.next_offset == first + len(entries) and journal.entries[first:] == entries
+    lines = data[start : end - 1].split(b"\n")
+    try:
+        last = [read_entry(line, run_id, first + i) for i, line in enumerate(lines)]
+    except JournalCorruptionError:  # not where these entries would be, or not entries at all
+        return False
+    return last == list(entries) and (start > 0 or first == 0)
 
 
 class GroupCommit:

@@ -14,9 +14,17 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from kassette.append import append, read
+from kassette.append import append
 from kassette.clock import Clock, SystemClock
-from kassette.codec import CancelEntry, Entry, StartEntry, check_json, encode, format_timestamp
+from kassette.codec import (
+    CancelEntry,
+    Entry,
+    StartEntry,
+    check_json,
+    encode,
+    format_timestamp,
+    read_entry,
+)
 from kassette.errors import (
     ConflictError,
     InvalidArgumentError,
@@ -216,6 +224,7 @@ def cancel_run(
         return plan_on(Journal.parse(data, run_id))
 
     deadline, pause, attempts = clock.time() + _CANCEL_SECONDS, _CANCEL_PAUSE, 0
+    parsed: tuple[Journal, bytes] | None = None  # the last read, to parse only what it lacks
     while True:
         attempts += 1
         planned.clear()
@@ -223,9 +232,12 @@ def cancel_run(
             if isinstance(storage, ExclusiveAppend):
                 _append_exclusive(storage, run_id, plan, planned)
             else:
-                journal, token = read(storage, run_id)
-                data = plan_on(journal)
-                append(storage, run_id, [planned[0][1]], token, clock, data=data)
+                snapshot = storage.read(run_id)
+                if snapshot is None:
+                    raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+                parsed = _caught_up(parsed, snapshot.data, run_id)
+                data = plan_on(parsed[0])
+                append(storage, run_id, [planned[0][1]], snapshot.token, clock, data=data)
         except ConflictError as exc:
             if clock.time() >= deadline:
                 raise StorageError(
@@ -240,6 +252,21 @@ def cancel_run(
         journal, entry = planned[0]
         journal.add(entry)
         return journal.status()
+
+
+def _caught_up(
+    parsed: tuple[Journal, bytes] | None, data: bytes, run_id: str
+) -> tuple[Journal, bytes]:
+    """`data` parsed, with its complete lines: when it extends the lines `parsed` holds (the
+    journal only grew), only the new lines are read into that journal. A cancel retried
+    against a busy writer re-reads a journal that grows by a few lines each time."""
+    end = data.rfind(b"\n") + 1
+    if parsed is None or not data.startswith(parsed[1]):
+        return Journal.parse(data, run_id), data[:end]
+    journal, seen = parsed
+    for line in data[len(seen) : end].split(b"\n")[:-1]:
+        journal.add(read_entry(line, run_id, journal.next_offset))
+    return journal, data[:end]
 
 
 def _append_exclusive(

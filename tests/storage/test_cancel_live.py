@@ -278,7 +278,7 @@ class Busy:
         snapshot = self.inner.read(run_id)
         if snapshot is not None and self.races > 0:
             self.races -= 1
-            offset = Journal.parse(snapshot.data, run_id).next_offset
+            offset = snapshot.data.count(b"\n")  # a journal's next offset (not parsed: see below)
             entry = {
                 "type": "step",
                 "session": 1,
@@ -311,6 +311,61 @@ def test_a_cancel_keeps_trying_while_a_writer_gets_there_first() -> None:
     journal = read_journal(storage, "r1")
     assert journal.entries[-1]["type"] == "cancel" and len(journal.steps) > 20
     assert 0 < sum(clock.slept) < 10  # short random pauses between the tries
+
+
+def test_a_retried_cancel_reads_only_the_lines_the_journal_gained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Against a writer that keeps getting there first, each try reads the journal again: it
+    parses the new lines only (a long journal parsed whole on every try takes longer than a
+    busy writer takes to append, and the cancel would never land), and reading back a failed
+    append reads only its last lines."""
+    storage, clock = Busy(), FakeClock()
+    with open_run(storage, "r1") as run:
+        for number in range(200):
+            run.record(f"s{number}", lambda number=number: {"n": number, "text": "x" * 100})
+    parses: list[int] = []
+    real = Journal.parse
+
+    def counting(data: bytes, run_id: str) -> Journal:
+        parses.append(data.count(b"\n"))
+        return real(data, run_id)
+
+    monkeypatch.setattr(Journal, "parse", staticmethod(counting))
+    storage.races = 30
+    assert cancel_run(storage, "r1", "stop", clock=clock).status == "canceled"
+    monkeypatch.undo()
+    assert parses == [201]  # the first read only (a start and 200 steps), none per retry
+    journal = read_journal(storage, "r1")
+    assert journal.entries[-1]["type"] == "cancel" and journal.next_offset == 201 + 30 + 1
+
+
+def test_a_retried_cancel_parses_a_journal_that_was_replaced_from_the_start() -> None:
+    """A journal that does not extend the one read before (deleted and created again) is
+    parsed whole: the cancel lands on the run as it is now."""
+    storage, clock = Busy(), FakeClock()
+    with open_run(storage, "r1") as run:
+        run.record("old", lambda: 1)
+    replacement = MemoryStorage()
+    with open_run(replacement, "r1") as run:
+        run.record("new", lambda: 2)
+        run.record("newer", lambda: 3)
+    real_read = storage.read
+
+    def read_then_replace(run_id: str) -> Snapshot | None:
+        snapshot = real_read(run_id)
+        storage.inner = replacement  # after the first read the run is another journal
+        return snapshot
+
+    storage.read = read_then_replace  # type: ignore[method-assign]
+    storage.races = 1  # the first try conflicts
+    assert cancel_run(storage, "r1", "stop", clock=clock).status == "canceled"
+    assert [entry["type"] for entry in read_journal(replacement, "r1").entries] == [
+        "start",
+        "step",
+        "step",
+        "cancel",
+    ]
 
 
 def test_a_cancel_that_never_lands_gives_up_in_bounded_time() -> None:
