@@ -46,6 +46,7 @@ __all__ = [
     "append",
     "commit",
     "commit_all",
+    "landed_token",
     "read",
 ]
 
@@ -84,7 +85,7 @@ def append(
         return storage.append(run_id, data, token=token)
     except StorageError as failure:
         snapshot = _read_back(storage, run_id, clock, failure)
-        landed = _landed(snapshot, run_id, entries)
+        landed = landed_token(snapshot, run_id, entries)
         if landed is None:
             raise
         return landed
@@ -122,7 +123,7 @@ def commit_all(
             clock.sleep(delay)
             delay *= 2
         snapshot = _read_back(storage, run_id, clock, failure)
-        landed = _landed(snapshot, run_id, entries)
+        landed = landed_token(snapshot, run_id, entries)
         if landed is not None:  # the read-back inside `append` gave up; this one knows
             return landed
         if snapshot is None:
@@ -173,7 +174,7 @@ def _read_back(
     raise AssertionError("unreachable")
 
 
-def _landed(
+def landed_token(
     snapshot: Snapshot | None, run_id: str, entries: Sequence[Mapping[str, Any]]
 ) -> str | None:
     """After an append reported failure: the journal's token if `entries` did land (they are

@@ -459,10 +459,9 @@ def _vouched_status(data: bytes, run_id: str) -> RunStatus | None:
             stamps[0] = updated
     else:
         updated = None
-    if 0 not in stamps and count:  # entry 0 is a step line: read its envelope
-        stamps[0] = read_entry(lines[0], run_id, 0, 1).get("timestamp")
-    created = state.created_offset if state.created_offset is not None else 0
-    return _status(run_id, state, max_session, count, steps, stamps.get(created), updated)
+    return _folded(
+        run_id, state, max_session, count, steps, stamps, lines[0] if count else b"", updated
+    )
 
 
 def _in_place(values: list[bytes], expected: list[bytes], others: list[int]) -> bool:
@@ -534,11 +533,28 @@ def _status_line_by_line(
         last = {"timestamp": last[3].decode("utf-8", UTF8_ERRORS)}
         if count == 1:
             stamps[0] = last["timestamp"]
-    if 0 not in stamps and count:  # entry 0 is a step line: read its envelope
-        stamps[0] = read_entry(data[: data.index(b"\n")], run_id, 0, 1).get("timestamp")
     stamp = last.get("timestamp") if last is not None else None
+    first = data[: data.index(b"\n")] if count else b""
+    return _folded(run_id, state, max_session, count, steps, stamps, first, stamp)
+
+
+def _folded(
+    run_id: str,
+    state: RunState,
+    sessions: int,
+    entries: int,
+    steps: int,
+    stamps: dict[int, Any],
+    first_line: bytes,
+    updated_at: str | None,
+) -> RunStatus:
+    """The status a fold of `Journal.status_of` found. `stamps` holds the timestamps of the
+    lines it decoded, by offset; entry 0's is read from `first_line` when the fold matched
+    it as a step line, since `created_at` may need it."""
+    if 0 not in stamps and entries:
+        stamps[0] = read_entry(first_line, run_id, 0, 1).get("timestamp")
     created = state.created_offset if state.created_offset is not None else 0
-    return _status(run_id, state, max_session, count, steps, stamps.get(created), stamp)
+    return _status(run_id, state, sessions, entries, steps, stamps.get(created), updated_at)
 
 
 def _status(

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from kassette.append import append
+from kassette.append import append, landed_token
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
     CancelEntry,
@@ -282,8 +282,5 @@ def _append_exclusive(
     except StorageError as failure:
         if isinstance(failure, ConflictError) or not planned:
             raise
-        snapshot = storage.read(run_id)
-        entry = planned[0][1]
-        current = Journal.parse(snapshot.data, run_id) if snapshot is not None else None
-        if current is None or current.entries[entry["offset"] :] != [entry]:
+        if landed_token(storage.read(run_id), run_id, [planned[0][1]]) is None:
             raise
