@@ -46,7 +46,7 @@ from kassette.lineage import (
 )
 from kassette.sessions import cancel_run
 from kassette.storage import Storage, open_storage, validate_run_id
-from kassette.storage.local import LocalStorage
+from kassette.storage.local import LocalStorage, check_exists
 
 __all__ = ["main"]
 
@@ -344,14 +344,21 @@ def _parser() -> _Parser:
     _add_storage(parser, None)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    def verb(name: str, function: Verb, summary: str) -> argparse.ArgumentParser:
+    def verb(
+        name: str, function: Verb, summary: str, *, lists: bool = False
+    ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=summary, description=summary, allow_abbrev=False)
         # SUPPRESS: a --storage given before the verb is not overwritten by this default.
         _add_storage(sub, argparse.SUPPRESS)
-        sub.set_defaults(function=function)
+        sub.set_defaults(function=function, lists=lists)
         return sub
 
-    sub = verb("list", _list, "List runs oldest first, one {runId, status} JSON object per line.")
+    sub = verb(
+        "list",
+        _list,
+        "List runs oldest first, one {runId, status} JSON object per line.",
+        lists=True,
+    )
     sub.add_argument("--limit", type=_count, metavar="N", help="print at most N runs")
     sub.add_argument("--status", choices=_STATUSES, help="only runs with this status")
 
@@ -382,14 +389,21 @@ def _parser() -> _Parser:
         help="record the step at the fork point with this result (edited), instead of running it",
     )
 
-    sub = verb("tree", _tree, "Print the fork lineage of all runs, or of the tree holding RUN_ID.")
+    sub = verb(
+        "tree",
+        _tree,
+        "Print the fork lineage of all runs, or of the tree holding RUN_ID.",
+        lists=True,
+    )
     sub.add_argument("run_id", metavar="RUN_ID", nargs="?")
 
     sub = verb("cancel", _cancel, "Cancel a run; print its new status as one JSON object.")
     sub.add_argument("run_id", metavar="RUN_ID")
     sub.add_argument("--reason", metavar="R", help="recorded in the cancel entry")
 
-    sub = verb("export", _export, "Write every run's entries and a runs table into OUT.")
+    sub = verb(
+        "export", _export, "Write every run's entries and a runs table into OUT.", lists=True
+    )
     sub.add_argument("out", metavar="OUT", help="a directory, created if missing")
     sub.add_argument(
         "--format", choices=("parquet", "jsonl", "csv"), default="parquet", help="default parquet"
@@ -413,19 +427,26 @@ def _parser() -> _Parser:
     return parser
 
 
-def _check_exists(storage: Storage, url: str) -> None:
-    """Refuse a `file:` storage whose directory is not there (a wrong path, most likely)."""
+def _note_strays(storage: Storage) -> None:
+    """Say once, on stderr, which files of a `file:` store are skipped as not runs (a name
+    that is not a run id), so a listing goes on and the user still learns of them."""
     if not isinstance(storage, LocalStorage):
-        return  # memory: is empty by design; an S3 prefix exists once something is in it
+        return
+    strays = storage.stray_files()
+    if strays:
+        message = (
+            f"skipped {len(strays)} file(s) in {storage.path} that are not runs: their names "
+            "are not run ids (1-200 of A-Z a-z 0-9 . _ -, starting with a letter or digit)"
+        )
+        _warn({"message": message, "files": strays})
+
+
+def _warn(warning: dict[str, Any]) -> None:
     try:
-        storage.path.stat()
-    except FileNotFoundError:
-        raise StorageNotFoundError(
-            f"storage {url} not found: the directory {storage.path} does not exist "
-            "(kassette creates it when a workflow writes its first run)"
-        ) from None
-    except OSError:
-        pass  # e.g. no permission: the verb reports it as a StorageError
+        sys.stderr.write(to_json({"warning": warning}) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # no stderr: a warning is not worth failing
+        pass
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -463,7 +484,9 @@ def _run(argv: Sequence[str] | None) -> int:
         _report(exc, sys.stderr)
         return EXIT_USAGE
     try:
-        _check_exists(storage, url)
+        check_exists(storage, url)
+        if args.lists:
+            _note_strays(storage)
         args.function(storage, args)
     except StorageNotFoundError as exc:
         _report(exc, sys.stderr)

@@ -15,7 +15,7 @@ import json.scanner
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, NotRequired, TypedDict
 
 from kassette.errors import InvalidArgumentError, JournalCorruptionError, NotSerializableError
@@ -91,14 +91,29 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _TEXT = json.encoder.encode_basestring  # how _ENCODER writes a string (ensure_ascii=False)
 # what json.loads runs once past its checks (its memo of keys is per call: safe to share)
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-# what `_ENCODER.encode` runs once past its checks (see `_encode`)
-_C_ENCODE = (
-    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-        None, _ENCODER.default, _TEXT, None, ":", ",", False, False, False
-    )
-    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
-    else None
-)
+
+
+def _c_encoder() -> Callable[[object, int], list[str]] | None:
+    """What `_ENCODER.encode` runs once past its checks (see `_encode`), or None to use the
+    public encoder: `c_make_encoder` is CPython's undocumented accelerator, called by
+    position, so a Python whose signature differs (or that has none) must still import
+    kassette. A probe checks the call builds the text the journal's format says."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    probe = {"a": [1, 2.5, "\u00e9\n", None, True], "b": {}}
+    try:
+        encode: Callable[[object, int], list[str]] = make(
+            None, _ENCODER.default, _TEXT, None, ":", ",", False, False, False
+        )
+        if "".join(encode(probe, 0)) != '{"a":[1,2.5,"\u00e9\\n",null,true],"b":{}}':
+            return None
+    except Exception:  # any failure means "not this CPython's signature"
+        return None
+    return encode
+
+
+_C_ENCODE = _c_encoder()
 
 
 def validate_name(name: object, what: str = "step") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -15,6 +16,7 @@ import pytest
 from kassette import LocalStorage, Workflow, kassette
 from kassette.cli import main
 from kassette.core import fork_run, open_run, run_status
+from kassette.errors import StorageNotFoundError
 from kassette.testing import FakeClock
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -186,6 +188,31 @@ def test_list_shows_a_corrupt_journal_as_corrupt_and_keeps_going(cli: Cli) -> No
     assert cli.json_lines("list", "--status", "corrupt") == [
         {"runId": "mangled", "status": "corrupt"}
     ]
+
+
+@pytest.mark.parametrize("args", [["list"], ["tree"], ["export", "out", "--format", "jsonl"]])
+def test_a_stray_file_is_not_a_run_and_is_named_once_on_stderr(
+    cli: Cli, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file named like a journal but not like a run (`retry-fix copy.jsonl`, a copy made in
+    a file manager) is skipped by every verb that lists runs, which says so once on stderr."""
+    monkeypatch.chdir(tmp_path)
+    write_runs(cli)
+    expected = cli("list")
+    shutil.rmtree("out", ignore_errors=True)
+    clean = cli(*args)
+    assert clean[0] == 0 and clean[2] == b""
+    shutil.rmtree("out", ignore_errors=True)
+    done = (cli.directory / "done.jsonl").read_bytes()
+    (cli.directory / "retry-fix copy.jsonl").write_bytes(done)
+    (cli.directory / "good (copy).jsonl").write_bytes(done)
+    code, out, err = cli(*args)
+    assert (code, out) == (0, clean[1])  # the same answer as without the strays
+    assert err.count(b"\n") == 1
+    warning = json.loads(err)["warning"]
+    assert warning["files"] == ["good (copy).jsonl", "retry-fix copy.jsonl"]
+    assert "not runs" in warning["message"]
+    assert cli("list")[1] == expected[1]
 
 
 STEP_HEAD = b'{"type":"step","session":1,"offset":1,"timestamp":"2026-01-01T00:00:00Z",'
@@ -605,6 +632,20 @@ def test_a_missing_storage_directory_exits_3_and_nothing_is_created(
     assert (code, error["type"]) == (3, "StorageNotFoundError")
     assert error["message"].startswith(f"storage {cli.url} not found")
     assert sorted(os.listdir(tmp_path)) == []  # neither the storage nor an export directory
+
+
+def test_a_regular_file_as_the_storage_is_not_found_as_in_kassette_explore(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """One rule for "storage not found" (`kassette.storage.local.check_exists`): a regular
+    file at the path is not a store, for the CLI as for `kx.load`."""
+    cli.directory.write_bytes(b"")
+    code, error = cli.error("list")
+    assert (code, error["type"]) == (3, "StorageNotFoundError")
+    assert "is a file, not a directory" in error["message"]
+    kx = pytest.importorskip("kassette.explore")
+    with pytest.raises(StorageNotFoundError, match="is a file, not a directory"):
+        kx.load(cli.url)
 
 
 def test_a_storage_error_exits_5(cli: Cli) -> None:

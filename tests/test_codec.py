@@ -7,6 +7,7 @@ cannot read is `JournalCorruptionError` at that line's offset, in every reader, 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from typing import Any
 
@@ -286,3 +287,35 @@ def test_a_live_steps_result_is_encoded_once(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.undo()
         assert 100_000 < sum(encoded) < 101_000 and max(encoded) < 100_100
         assert run.journal.steps["big"]["result"] == big
+
+
+@pytest.mark.parametrize(
+    "replacement",
+    [
+        "lambda *args: (_ for _ in ()).throw(TypeError('takes 10 arguments'))",
+        "lambda *args: (lambda value, level: ['not json'])",
+        "None",
+    ],
+    ids=["signature-changed", "different-output", "absent"],
+)
+def test_import_falls_back_to_the_public_encoder_when_the_c_accelerator_differs(
+    replacement: str,
+) -> None:
+    """`codec` calls CPython's undocumented `c_make_encoder` by position: a Python where that
+    call fails or builds other text must still import kassette and journal the same bytes."""
+    script = (
+        "import json.encoder\n"
+        "accelerator = json.encoder.c_make_encoder\n"
+        f"json.encoder.c_make_encoder = {replacement}\n"
+        "import kassette.codec as codec\n"
+        "json.encoder.c_make_encoder = accelerator  # json's own calls are not under test\n"
+        "assert codec._C_ENCODE is None\n"
+        "entry = {'type': 'step', 'stepId': 'a', 'result': {'x': [1, 'é', 2.5]}}\n"
+        "print(repr(codec.encode(entry)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    expected = encode({"type": "step", "stepId": "a", "result": {"x": [1, "é", 2.5]}})
+    assert done.stdout.rstrip("\n") == repr(expected)

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.errors import RunNotFoundError, StorageNotFoundError
+from kassette.errors import RunNotFoundError
 from kassette.explore._decode import Batch
 from kassette.lineage import creation_order
 from kassette.storage import Storage, open_storage
-from kassette.storage.local import LocalStorage
+from kassette.storage.local import check_exists
 
 __all__ = ["BATCH_BYTES", "existing_storage", "oldest_first", "read_batches", "unique_run_ids"]
 
@@ -32,11 +32,7 @@ def existing_storage(storage_or_url: Storage | str | os.PathLike[str]) -> Storag
     ):
         storage_or_url = f"file:{os.fspath(storage_or_url)}"
     storage = open_storage(storage_or_url)
-    if isinstance(storage, LocalStorage) and not storage.path.is_dir():
-        raise StorageNotFoundError(
-            f"storage {storage_or_url} not found: the directory {storage.path} does not exist "
-            "(kassette creates it when a workflow writes its first run)"
-        )
+    check_exists(storage, str(storage_or_url))
     return storage
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "ObjectStorage",
     "Snapshot",
     "Storage",
+    "is_run_id",
     "open_storage",
     "register_scheme",
     "validate_object_name",
@@ -51,6 +52,12 @@ def validate_run_id(run_id: object) -> str:
             " or digit"
         )
     return run_id
+
+
+def is_run_id(name: str) -> bool:
+    """Whether `name` is a valid run id: a backend lists only such names as runs, so a stray
+    file or key (`retry-fix copy.jsonl`) is never a run, on any backend."""
+    return _RUN_ID.fullmatch(name) is not None
 
 
 def validate_object_name(name: object) -> str:

@@ -35,8 +35,8 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kassette.errors import ConflictError, RunLockedError, StorageError
-from kassette.storage import Snapshot, validate_object_name, validate_run_id
+from kassette.errors import ConflictError, RunLockedError, StorageError, StorageNotFoundError
+from kassette.storage import Snapshot, is_run_id, validate_object_name, validate_run_id
 from kassette.storage.local_append import (
     OpenJournal,
     append_careful,
@@ -44,9 +44,31 @@ from kassette.storage.local_append import (
     delete_journal,
 )
 
-__all__ = ["LocalStorage", "replace_file"]
+__all__ = ["LocalStorage", "check_exists", "replace_file"]
 
 _SUFFIX = ".jsonl"
+
+
+def check_exists(storage: object, url: str) -> None:
+    """Raise `StorageNotFoundError` for a `LocalStorage` whose path is not a directory (none
+    there, or a regular file): readers (the CLI, `kassette.explore`) refuse it rather than read
+    a wrong path as an empty store. Other backends pass: `memory:` is empty by design and an
+    S3 prefix exists once something is in it. An unreadable path passes too: reading it then
+    raises the `StorageError` that says why."""
+    if not isinstance(storage, LocalStorage):
+        return
+    try:
+        if stat.S_ISDIR(storage.path.stat().st_mode):
+            return
+        problem = f"{storage.path} is a file, not a directory"
+    except FileNotFoundError:
+        problem = f"the directory {storage.path} does not exist"
+    except OSError:
+        return
+    raise StorageNotFoundError(
+        f"storage {url} not found: {problem} "
+        "(kassette creates it when a workflow writes its first run)"
+    )
 
 
 class LocalStorage:
@@ -138,7 +160,23 @@ class LocalStorage:
         yield from [  # not a loop in Python: `kassette list` lists thousands
             name[: -len(_SUFFIX)]
             for name in names
-            if name.endswith(_SUFFIX) and not name.startswith(".")
+            if name.endswith(_SUFFIX) and is_run_id(name[: -len(_SUFFIX)])
+        ]
+
+    def stray_files(self) -> list[str]:
+        """The files named like journals (`*.jsonl`) whose names are not run ids
+        (`retry-fix copy.jsonl`): not runs, so `list_runs` skips them; the CLI names them.
+        Hidden files are kassette's own temporaries, not strays."""
+        try:
+            names = sorted(os.listdir(self.path))
+        except OSError:
+            return []
+        return [
+            name
+            for name in names
+            if name.endswith(_SUFFIX)
+            and not name.startswith(".")
+            and not is_run_id(name[: -len(_SUFFIX)])
         ]
 
     @contextlib.contextmanager

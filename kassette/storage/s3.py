@@ -41,7 +41,7 @@ from kassette.errors import (
     RunNotFoundError,
     StorageError,
 )
-from kassette.storage import Snapshot, validate_run_id
+from kassette.storage import Snapshot, is_run_id, validate_run_id
 from kassette.storage.chunks import (
     CHUNKS,
     HEAD,
@@ -150,7 +150,7 @@ class S3Storage:
             for page in pages:
                 for item in page.get("Contents", []):
                     run_id, slash, name = item.get("Key", "")[len(base) :].partition("/")
-                    if slash and name == HEAD and _is_run_id(run_id):
+                    if slash and name == HEAD and is_run_id(run_id):
                         run_ids.append(run_id)
         yield from sorted(run_ids)
 
@@ -454,14 +454,6 @@ def _path_problem(path: str) -> str | None:
     if any(ord(char) < 0x20 or char in "\\\x7f" for char in path):
         return "control characters and '\\' are not allowed"
     return None
-
-
-def _is_run_id(name: str) -> bool:
-    try:
-        validate_run_id(name)
-    except InvalidArgumentError:
-        return False
-    return True
 
 
 def _same_token(first: str, second: str) -> bool:

@@ -287,6 +287,22 @@ def test_load_takes_a_url_and_reload_reads_again(local_scenario: Scenario) -> No
     assert "late" in journals.reload().run_ids
 
 
+def test_a_stray_file_is_not_a_run_for_load_and_export(
+    local_scenario: Scenario, tmp_path: Path
+) -> None:
+    """`good (copy).jsonl` beside the journals is no run id, so it is no run: `kx.load` and
+    `kx.export` read the store as if it were not there."""
+    storage = local_scenario.storage
+    assert isinstance(storage, LocalStorage)
+    before = kx.load(storage)
+    first = sorted(storage.path.glob("*.jsonl"))[0]
+    (storage.path / "good (copy).jsonl").write_bytes(first.read_bytes())
+    after = kx.load(storage)
+    assert list(after.runs["run_id"]) == list(before.runs["run_id"]) and len(after) == len(RUNS)
+    summary = kx.export(storage, tmp_path / "out", format="jsonl")
+    assert summary["runs"] == len(RUNS)
+
+
 def test_load_takes_a_plain_path_and_refuses_a_missing_directory(
     local_scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
