@@ -28,7 +28,7 @@ from kassette.errors import (
 )
 from kassette.journal import Journal, encode
 from kassette.sessions import cancel_run
-from kassette.storage import ExclusiveAppend, Storage
+from kassette.storage import ExclusiveAppend, Storage, read_stamps
 from kassette.storage.memory import MemoryStorage
 
 __all__ = ["FakeClock", "MemoryStorage", "StorageConformance"]
@@ -280,6 +280,25 @@ class StorageConformance:
         else:
             raise AssertionError("a plan that raises must be raised")
         assert storage.read("r1") == snapshot
+
+    def test_stamps_move_with_the_journal_and_only_with_it(self, storage: Storage) -> None:
+        """`read_stamps` (a `RunStamps` backend's own stamps, else tokens): a stamp per existing
+        run, the same until that run's journal gains lines, and only that run's moves."""
+        assert read_stamps(storage) == {}
+        storage.append("r1", _line(0, kind="start"), token=None)
+        token = storage.append("r2", _line(0, kind="start"), token=None)
+        before = read_stamps(storage)
+        assert sorted(before) == ["r1", "r2"]
+        assert read_stamps(storage) == before
+        assert read_stamps(storage, ["r2", "missing"]) == {"r2": before["r2"]}
+        storage.append("r2", _line(1), token=token)
+        after = read_stamps(storage)
+        assert after["r1"] == before["r1"] and after["r2"] != before["r2"]
+        storage.append("r3", _line(0, kind="start") + _line(1)[:4], token=None)  # torn tail
+        torn = read_stamps(storage, ["r3"])["r3"]
+        with open_run(storage, "r3") as run:  # cuts the torn tail and appends
+            run.record("a", lambda: 1)
+        assert read_stamps(storage)["r3"] != torn
 
     def test_older_session_is_fenced(self, storage: Storage) -> None:
         old = open_run(storage, "r1", metadata=None)

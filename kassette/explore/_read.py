@@ -18,7 +18,14 @@ from kassette.lineage import creation_order
 from kassette.storage import Storage, open_storage
 from kassette.storage.local import check_exists
 
-__all__ = ["BATCH_BYTES", "existing_storage", "oldest_first", "read_batches", "unique_run_ids"]
+__all__ = [
+    "BATCH_BYTES",
+    "existing_storage",
+    "in_run_order",
+    "oldest_first",
+    "read_batches",
+    "unique_run_ids",
+]
 
 BATCH_BYTES = 64 << 20  # journal bytes decoded at a time
 
@@ -48,6 +55,19 @@ def oldest_first(runs: pa.Table) -> pa.Table:
     return runs.take(pa.array([row[run_id] for run_id in order], pa.int64()))
 
 
+def in_run_order(table: pa.Table, run_ids: list[str] | None) -> pa.Table:
+    """`table`'s rows grouped by run, the runs in the order of `run_ids` (None: run id order,
+    as a storage lists them), each run's rows in the order they were."""
+    column = table.column("run_id")
+    order = sorted(pc.unique(column).to_pylist()) if run_ids is None else run_ids
+    ranks = pc.index_in(column, value_set=pa.array(order, pa.string()))
+    if isinstance(ranks, pa.ChunkedArray):
+        ranks = ranks.combine_chunks()
+    if table.num_rows < 2 or pc.all(pc.greater_equal(ranks[1:], ranks[:-1])).as_py():
+        return table  # already in order: what a load reads
+    return table.take(pc.sort_indices(ranks))  # a stable sort: a run's rows keep their order
+
+
 def unique_run_ids(run_ids: Iterable[str] | None) -> list[str] | None:
     """`run_ids` without repeats (a single id may be given as a string), or None for all."""
     if run_ids is None:
@@ -61,18 +81,20 @@ def read_batches(
     *,
     skipped: Callable[[str], None] | None = None,
     batch_bytes: int | None = None,
+    missing_ok: bool = False,
 ) -> Iterator[Batch]:
-    """The journals of `run_ids` (None: every run) in batches of about `batch_bytes` bytes
-    (default `BATCH_BYTES`).
+    """The journals of `run_ids` (None: every run, in run id order) in batches of about
+    `batch_bytes` bytes (default `BATCH_BYTES`).
 
-    A named run that does not exist raises `RunNotFoundError`; a listed run that disappeared
-    before it was read is passed to `skipped`.
+    A named run that does not exist raises `RunNotFoundError` (with `missing_ok`, it is passed
+    to `skipped`); a listed run that disappeared before it was read is passed to `skipped`.
     """
     batch = Batch()
-    for run_id in run_ids if run_ids is not None else list(storage.list_runs()):
+    # sorted: the built-in backends list in run id order already, another backend need not
+    for run_id in run_ids if run_ids is not None else sorted(storage.list_runs()):
         snapshot = storage.read(run_id)
         if snapshot is None:
-            if run_ids is not None:
+            if run_ids is not None and not missing_ok:
                 raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
             if skipped is not None:
                 skipped(run_id)

@@ -112,9 +112,13 @@ class ParquetSink:
             # hold less buffered data (a larger limit measured no faster at 10,000 runs)
             max_open_files=512,
             max_rows_per_group=1 << 20,
-            file_visitor=None if written is None else lambda _: written(),
+            file_visitor=lambda file: self._wrote(Path(file.path), written),
         )
-        self._files.append(target)
+
+    def _wrote(self, path: Path, written: Callable[[], None] | None) -> None:
+        self._files.append(path)  # a file, as the summary lists them: not the dataset's folder
+        if written is not None:
+            written()
 
     def close(self, runs: pa.Table) -> list[Path]:
         if not self.partition_by and "entries" not in self._writers:

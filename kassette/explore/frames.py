@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
+from kassette.explore._refresh import refreshed, stamps_before_reading
 from kassette.explore.export import ParquetSink, check_partition_by
 from kassette.explore.llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.storage import Storage
@@ -36,7 +37,8 @@ class Journals:
     """A snapshot of some runs of a storage, as an entries table and a runs table.
 
     Frames are built once, on first use, from the Arrow tables (sharing their memory where
-    pandas can). `reload()` reads the same runs again.
+    pandas can). `reload()` reads the same runs again; `refresh()` reads again only those
+    whose journal changed (and new runs, when all runs were loaded).
     """
 
     def __init__(
@@ -46,13 +48,13 @@ class Journals:
         *,
         storage: Storage | None = None,
         run_ids: list[str] | None = None,
-        versions: dict[str, str] | None = None,
+        stamps: dict[str, object] | None = None,
     ) -> None:
         self._tables: dict[str, pa.Table] = {"entries": entries, "runs": runs}
         self._frames: dict[str, pd.DataFrame] = {}
         self.storage = storage
-        self._run_ids = run_ids
-        self._versions = versions or {}  # run id -> storage token when read (for live trees)
+        self._run_ids = run_ids  # the runs asked for; None: every run of the storage
+        self._stamps = stamps or {}  # run id -> its storage stamp before it was read
 
     @property
     def entries(self) -> pd.DataFrame:
@@ -125,6 +127,31 @@ class Journals:
             raise InvalidArgumentError("these journals were not loaded from a storage")
         return load(self.storage, run_ids=self._run_ids)
 
+    def refresh(self) -> Journals:
+        """These journals with every run whose journal changed since it was read read again,
+        new runs added (when all runs were loaded) and deleted ones dropped; `self` when
+        nothing changed.
+
+        Cheap when nothing changed: a storage that stamps its runs (`kassette.storage.
+        RunStamps`: `LocalStorage` with one `stat` per run, `MemoryStorage`) is asked for the
+        stamps and no journal is read; another storage's journals are read for their tokens.
+        """
+        if self.storage is None:
+            raise InvalidArgumentError("these journals were not loaded from a storage")
+        tables = self._tables
+        found = refreshed(
+            self.storage, self._run_ids, self._stamps, tables["entries"], tables["runs"]
+        )
+        if found is None:
+            return self
+        return Journals(
+            found.entries,
+            found.runs,
+            storage=self.storage,
+            run_ids=self._run_ids,
+            stamps=found.stamps,
+        )
+
     def __len__(self) -> int:
         return int(self._tables["runs"].num_rows)
 
@@ -171,7 +198,7 @@ class Journals:
             runs.filter(pc.is_in(runs.column("run_id"), wanted)),
             storage=self.storage,
             run_ids=wanted.to_pylist(),
-            versions={run: self._versions[run] for run in run_ids if run in self._versions},
+            stamps={run: self._stamps[run] for run in run_ids if run in self._stamps},
         )
 
     def _status_counts(self) -> Iterator[tuple[str, int]]:
@@ -216,10 +243,12 @@ def load(
     """
     storage = existing_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
-    versions: dict[str, str] = {}
+    stamped = stamps_before_reading(storage, wanted)
+    stamps: dict[str, object] = {} if stamped is None else stamped
     decoded = []
     for batch in read_batches(storage, wanted):
-        versions.update(batch.versions)
+        if stamped is None:
+            stamps.update(batch.versions)  # a token serves as a stamp
         decoded.append(decode(batch))
     if not decoded:
         decoded = [decode(Batch())]
@@ -227,4 +256,4 @@ def load(
     runs = pa.concat_tables([runs for _, runs in decoded])
     if wanted is None:
         runs = oldest_first(runs)
-    return Journals(entries, runs, storage=storage, run_ids=wanted, versions=versions)
+    return Journals(entries, runs, storage=storage, run_ids=wanted, stamps=stamps)

@@ -11,6 +11,10 @@ run off while the caller plans what to append from the journal as it is, so the 
 lose a race to a writer that appends back to back (how `cancel_run` stops a runaway session).
 `LocalStorage` and `MemoryStorage` can; object stores cannot.
 
+Some backends can also tell cheaply which journals changed (`RunStamps`): a stamp per run, read
+without reading any journal, that changes whenever the journal does. A live view polls it;
+`read_stamps` falls back to each journal's token on a backend without it.
+
 Some backends also keep *objects* beside a run's journal (files an application stores with a
 run: kassette.koto's templates and context content): `ObjectStorage` is that capability, four
 more methods that `LocalStorage` and `S3Storage` implement; the `Storage` protocol itself keeps
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -31,10 +35,12 @@ from kassette.errors import InvalidArgumentError
 __all__ = [
     "ExclusiveAppend",
     "ObjectStorage",
+    "RunStamps",
     "Snapshot",
     "Storage",
     "is_run_id",
     "open_storage",
+    "read_stamps",
     "register_scheme",
     "validate_object_name",
     "validate_run_id",
@@ -128,6 +134,36 @@ class ExclusiveAppend(Storage, Protocol):
         writers wait: it must not touch the storage. An exception from `plan` is raised as it
         is, with nothing written."""
         ...
+
+
+@runtime_checkable
+class RunStamps(Storage, Protocol):
+    """A `Storage` that tells which journals changed without reading them: a stamp per run
+    (`isinstance(storage, RunStamps)` tells).
+
+    A stamp is an opaque value, compared with `==` to a stamp the same storage gave for the
+    same run: equal stamps mean the journal's complete lines have not changed in between. A
+    different stamp does not promise different lines (a torn tail may move it). Stamps are not
+    tokens: an append still needs `read`'s token.
+    """
+
+    def run_stamps(self, run_ids: Iterable[str] | None = None) -> dict[str, object]:
+        """Every run (or each of `run_ids` that exists) with its stamp now, reading no journal."""
+        ...
+
+
+def read_stamps(storage: Storage, run_ids: Iterable[str] | None = None) -> dict[str, object]:
+    """Each run's stamp (every run's, or those of `run_ids` that exist): the storage's own
+    (`RunStamps`) where it has them, else the token of each journal read now (a token moves
+    whenever the journal's complete lines do, so it serves as a stamp, at a read per run)."""
+    if isinstance(storage, RunStamps):
+        return storage.run_stamps(run_ids)
+    stamps: dict[str, object] = {}
+    for run_id in storage.list_runs() if run_ids is None else run_ids:
+        snapshot = storage.read(run_id)
+        if snapshot is not None:
+            stamps[run_id] = snapshot.token
+    return stamps
 
 
 @runtime_checkable

@@ -17,6 +17,9 @@ temporary file in the same directory, is fsynced and renamed over the object, th
 directory is fsynced (`replace_file`), so a reader or a crash sees the old bytes or the new.
 `delete_run` removes the journal, the objects and a lock nobody holds.
 
+A run's stamp (`RunStamps`) is its journal file's inode, size and modification time: one
+`stat` per run, so a live view of 10,000 runs polls them without reading a journal.
+
 `{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
 `link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
 is reclaimed (under a directory `flock`, so two reclaimers cannot both win). Journals and
@@ -32,7 +35,7 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from kassette.errors import ConflictError, RunLockedError, StorageError, StorageNotFoundError
@@ -149,6 +152,23 @@ class LocalStorage:
             raise
         except OSError as exc:
             raise StorageError(f"cannot append to run {run_id}: {exc}", run_id=run_id) from exc
+
+    def run_stamps(self, run_ids: Iterable[str] | None = None) -> dict[str, object]:
+        """Each run's journal file's (inode, size, modification time), from one `stat` per run
+        (`kassette.storage.RunStamps`): every append changes the size, a journal made again
+        the inode."""
+        names = self.list_runs() if run_ids is None else map(validate_run_id, run_ids)
+        directory = f"{os.fspath(self.path)}{os.sep}"
+        stamps: dict[str, object] = {}
+        for run_id in names:
+            try:
+                found = os.stat(f"{directory}{run_id}{_SUFFIX}")
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot stat run {run_id}: {exc}", run_id=run_id) from exc
+            stamps[run_id] = (found.st_ino, found.st_size, found.st_mtime_ns)
+        return stamps
 
     def list_runs(self) -> Iterator[str]:
         try:

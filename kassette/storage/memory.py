@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NoReturn
 
 from kassette.errors import ConflictError, RunLockedError
@@ -15,10 +15,12 @@ __all__ = ["MemoryStorage"]
 
 class MemoryStorage:
     """Journals kept in this process's memory; thread-safe; tokens are byte lengths. Appends
-    exclusively too (`kassette.storage.ExclusiveAppend`)."""
+    exclusively too (`kassette.storage.ExclusiveAppend`), and stamps a run with the number of
+    writes it has had (`kassette.storage.RunStamps`)."""
 
     def __init__(self) -> None:
         self._journals: dict[str, bytes] = {}
+        self._writes: dict[str, int] = {}  # run id -> writes so far: its stamp
         self._locked: set[str] = set()
         self._mutex = threading.Lock()
 
@@ -43,12 +45,12 @@ class MemoryStorage:
             if token is None:
                 if current is not None:
                     raise ConflictError(f"run {run_id} already exists", run_id=run_id)
-                self._journals[run_id] = data
+                self._store(run_id, data)
                 return str(len(data))
             if current is None or str(current.rfind(b"\n") + 1) != token:
                 raise ConflictError(f"run {run_id} changed since it was read", run_id=run_id)
             updated = current[: int(token)] + data
-            self._journals[run_id] = updated
+            self._store(run_id, updated)
             return str(len(updated))
 
     def append_exclusive(self, run_id: str, plan: Callable[[bytes | None], bytes]) -> str:
@@ -61,8 +63,18 @@ class MemoryStorage:
                 raise ConflictError(f"run {run_id} does not exist", run_id=run_id)
             kept = current[: current.rfind(b"\n") + 1]  # a torn final line is not content
             updated = kept + plan(kept)
-            self._journals[run_id] = updated
+            self._store(run_id, updated)
             return str(len(updated))
+
+    def _store(self, run_id: str, data: bytes) -> None:
+        self._journals[run_id] = data
+        self._writes[run_id] = self._writes.get(run_id, 0) + 1
+
+    def run_stamps(self, run_ids: Iterable[str] | None = None) -> dict[str, object]:
+        """Each run's number of writes so far (`kassette.storage.RunStamps`)."""
+        with self._mutex:
+            wanted = sorted(self._writes) if run_ids is None else map(validate_run_id, run_ids)
+            return {run_id: self._writes[run_id] for run_id in wanted if run_id in self._writes}
 
     def list_runs(self) -> Iterator[str]:
         yield from sorted(self._journals)

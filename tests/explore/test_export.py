@@ -206,6 +206,16 @@ def test_arrow_tables_can_be_concatenated_across_loads(scenario: Scenario) -> No
     assert both.num_rows == first.num_rows
 
 
+def test_a_partitioned_export_summary_lists_its_parquet_files(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    summary = kx.export(scenario.storage, tmp_path / "out", partition_by="run_id")
+    written = sorted(str(path) for path in (tmp_path / "out").rglob("*") if path.is_file())
+    assert summary["files"] == written
+    assert len(written) == len(RUNS) + 1  # a file per run's partition, and the runs table
+    assert all(path.endswith(".parquet") for path in summary["files"])
+
+
 def test_partitioned_export_reads_back_with_duckdb_and_pyarrow(
     scenario: Scenario, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from kassette import (
 )
 from kassette import explore as kx
 from kassette.core import read_journal
-from kassette.explore.widgets import live
+from kassette.storage import RunStamps
 from kassette.testing import FakeClock
 
 
@@ -35,28 +35,126 @@ def gated_agent(storage: Any, gate: threading.Event) -> Any:
     return agent
 
 
-def test_refresh_reads_only_the_journals_that_changed(tmp_path: Path) -> None:
+class Unstamped:
+    """A storage with only the `Storage` protocol's four operations (no `RunStamps`), listing
+    its runs newest first: refresh falls back to tokens, and order is not the listing's."""
+
+    def __init__(self, inner: MemoryStorage) -> None:
+        self.inner = inner
+
+    def read(self, run_id: str) -> Any:
+        return self.inner.read(run_id)
+
+    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
+        return self.inner.append(run_id, data, token=token)
+
+    def list_runs(self) -> Any:
+        return iter(sorted(self.inner.list_runs(), reverse=True))
+
+    def lock(self, run_id: str, session: int) -> Any:
+        return self.inner.lock(run_id, session)
+
+
+def counting_reads(storage: Any) -> list[str]:
+    read: list[str] = []
+    real = storage.read
+    storage.read = lambda run_id: read.append(run_id) or real(run_id)
+    return read
+
+
+@pytest.mark.parametrize("kind", ["local", "memory", "unstamped"])
+def test_refresh_reads_only_the_journals_that_changed(tmp_path: Path, kind: str) -> None:
+    storage: Any = {
+        "local": lambda: LocalStorage(tmp_path / "store"),
+        "memory": MemoryStorage,
+        "unstamped": lambda: Unstamped(MemoryStorage()),
+    }[kind]()
+    assert isinstance(storage, RunStamps) == (kind != "unstamped")
+    gate = threading.Event()
+    gate.set()
+    agent = gated_agent(storage, gate)
+    for name in ("c", "a", "b"):
+        agent.start(name, run_id=name)
+    journals = kx.load(storage)
+    read = counting_reads(storage.inner if kind == "unstamped" else storage)
+    assert journals.refresh() is journals
+    # idle: a stamping storage reads no journal; another reads each for its token
+    assert read == ([] if kind != "unstamped" else ["c", "b", "a"])
+    agent.resume("a", "review", {"ok": True})
+    agent.start("d", run_id="d")
+    read.clear()
+    fresh = journals.refresh()
+    assert fresh is not journals
+    if kind != "unstamped":
+        assert sorted(read) == ["a", "d"]  # b and c were not read
+    runs = fresh.runs.set_index("run_id")
+    assert runs.loc["a", "status"] == "completed" and runs.loc["d", "status"] == "suspended"
+    loaded = kx.load(storage)
+    assert fresh.run_ids == loaded.run_ids  # oldest first, as a load lists them
+    # entries and model calls list runs in run id order, after a refresh as after a load
+    assert list(dict.fromkeys(fresh.entries["run_id"])) == ["a", "b", "c", "d"]
+    assert fresh.entries[["run_id", "offset"]].equals(loaded.entries[["run_id", "offset"]])
+    assert fresh.refresh() is fresh
+
+
+def test_refresh_keeps_a_selection_in_its_order_and_drops_a_deleted_run(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path / "store")
     gate = threading.Event()
     gate.set()
     agent = gated_agent(storage, gate)
     for name in ("a", "b", "c"):
         agent.start(name, run_id=name)
+    journals = kx.load(storage, run_ids=["c", "a", "b"])
+    agent.resume("a", "review", {"ok": True})
+    agent.start("d", run_id="d")  # not selected: not added
+    storage.delete_run("b")
+    fresh = journals.refresh()
+    assert fresh.run_ids == ["c", "a"]
+    assert list(dict.fromkeys(fresh.entries["run_id"])) == ["c", "a"]
+    assert fresh.runs.set_index("run_id").loc["a", "status"] == "completed"
+
+
+def test_a_refreshed_llm_calls_table_lists_runs_in_run_id_order() -> None:
+    storage = MemoryStorage()
+
+    @kassette(storage=storage)
+    def chat(ctx: Any, question: str) -> Any:
+        return ctx.step("chat.completions.create", lambda: completion(question))
+
+    for name in ("b", "c"):
+        chat.start(name, run_id=name)
     journals = kx.load(storage)
-    assert live.changed_runs(journals) == ([], [])
-    agent.resume("b", "review", {"ok": True})
-    agent.start("d", run_id="d")
-    assert live.changed_runs(journals) == (["b", "d"], [])
-    read: list[str] = []
-    real = storage.read
-    storage.read = lambda run_id: read.append(run_id) or real(run_id)  # type: ignore[method-assign]
-    fresh = live.refreshed(journals)
-    assert fresh is not None and sorted(read) == ["b", "d"]  # a and c were not read
-    runs = fresh.runs.set_index("run_id")
-    assert runs.loc["b", "status"] == "completed" and runs.loc["d", "status"] == "suspended"
-    assert fresh.run_ids == kx.load(storage).run_ids  # oldest first, as a load lists them
-    assert fresh.to_arrow("entries").num_rows == kx.load(storage).to_arrow("entries").num_rows
-    assert live.refreshed(fresh) is None
+    chat.start("a", run_id="a")
+    assert list(journals.refresh().llm_calls["run_id"]) == ["a", "b", "c"]
+
+
+def completion(text: str) -> dict[str, Any]:
+    """A chat completion's JSON, as OpenAI's SDK returns it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": f"answer to {text}"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+
+
+def test_load_lists_entries_in_run_id_order_whatever_the_storage_lists() -> None:
+    storage = Unstamped(MemoryStorage())
+    gate = threading.Event()
+    gate.set()
+    agent = gated_agent(storage, gate)
+    for name in ("b", "a", "c"):
+        agent.start(name, run_id=name)
+    journals = kx.load(storage)
+    assert list(dict.fromkeys(journals.entries["run_id"])) == ["a", "b", "c"]
 
 
 def test_a_suspended_run_shows_within_one_interval(tmp_path: Path) -> None:

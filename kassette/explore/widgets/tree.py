@@ -33,7 +33,7 @@ from kassette.explore.widgets._rows import (
     rows,
     run_header,
 )
-from kassette.explore.widgets.live import Watcher, refreshed
+from kassette.explore.widgets.live import Watcher
 
 __all__ = ["PAGE", "RunTree", "TreeNode"]
 
@@ -147,8 +147,8 @@ class RunTree(anywidget.AnyWidget):
     def refresh(self) -> None:
         """Read the journals that changed since they were shown, and show them."""
         with self._lock:
-            journals = refreshed(self.journals)
-            if journals is not None:
+            journals = self.journals.refresh()
+            if journals is not self.journals:
                 self.update(journals)
 
     def _resumed(self, event: str, result: Any) -> Any:
