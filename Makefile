@@ -1,26 +1,40 @@
 # Two commands for a fresh machine with Python >= 3.11:
 #   make demo   run the main job: an agent killed, retried, approved and forked (examples/demo.py)
 #   make test   ruff, ruff format --check, mypy (strict on the package) and the whole pytest suite
-# Both create .venv when it is missing. The demo needs only the standard library, so `make demo`
+# and, next, the explorer:
+#   make lab    JupyterLab on notebooks/, with a demo store (notebooks/demo-store) to explore
+# All create .venv when it is missing. The demo needs only the standard library, so `make demo`
 # installs the package alone (seconds); `make test` adds the dev extra (linters, JupyterLab,
-# moto, ...). Each install is redone only when pyproject.toml changes.
+# moto, ...); `make lab` only what the notebooks use: the explore extra, JupyterLab and the
+# providers' SDKs. Each install is redone only when pyproject.toml changes.
+# `make lab LAB_ARGS=--no-browser` on a remote machine (any `jupyter lab` option works there).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
+LAB := $(VENV)/.installed-lab
+LAB_STORE ?= notebooks/demo-store
+LAB_ARGS ?=
 
-.PHONY: demo test
+.PHONY: demo test lab
 
 demo: $(BASE)
 	$(BIN)/python examples/demo.py
+	@echo "Next: make lab writes this demo's runs to notebooks/demo-store, keeps them, adds a"
+	@echo "20-branch fan-out of a model call, and opens them in JupyterLab with the notebooks."
 
 test: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+lab: $(LAB)
+	$(BIN)/python examples/demo_store.py $(LAB_STORE)
+	@echo "Open 01-explore-a-run.ipynb first; kx.load(\"demo-store\") in a notebook reads the store."
+	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks $(LAB_ARGS)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,4 +45,8 @@ $(BASE): pyproject.toml | $(BIN)/python
 
 $(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check -e ".[dev]"
+	touch $(BASE) $@
+
+$(LAB): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -e ".[lab]"
 	touch $(BASE) $@

@@ -125,6 +125,38 @@ def check_demo_default_directory(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [], "the demo writes nothing in the working directory"
 
 
+def check_demo_store(tmp_path: Path) -> None:
+    """The store `make lab` opens: the demo's runs kept, and a 20-branch fan-out whose
+    branches answer differently; a second call keeps the store as it is."""
+    output = run_example("demo_store.py", tmp_path, "demo-store")
+    assert "1. crash" in output and "INC-4821 (completed)" in output  # the demo's story
+    assert "forked at draft-reply into 20 branches" in output
+    storage = LocalStorage(tmp_path / "demo-store")
+    runs = set(storage.list_runs())
+    branches = [f"support-1.draft-reply.{number}" for number in range(20)]
+    demo = {"INC-4821", "INC-4821-rollback", "INC-4821-feature-flag"}
+    assert runs == demo | {"support-1", *branches}
+    answers = set()
+    for run_id in branches:
+        journal = read_journal(storage, run_id)
+        status = journal.status()
+        assert status.status == "completed"
+        assert status.source == {"runId": "support-1", "fromOffset": 2}
+        temperature = journal.entries[2]["params"]["temperature"]
+        assert temperature == round(branches.index(run_id) * 0.05, 2)
+        reply = journal.steps["draft-reply"]["result"]["choices"][0]["message"]["content"]
+        assert len(reply.split(". ")) >= 4, reply  # sentences, as a model answers
+        answers.add(reply)
+    assert len(answers) > 10, "the temperatures should give different answers"
+    again = run_example("demo_store.py", tmp_path, "demo-store")
+    assert "already holds runs: kept as it is" in again
+    assert set(storage.list_runs()) == runs
+    # the README's five lines of kx, on that store
+    shown = run_example("explore_demo_store.py", tmp_path)
+    assert shown.startswith("RunTree: 24 runs, selected support-1.draft-reply.0\n"), shown
+    assert "└── support-1.draft-reply.19 (completed, from offset 2, 3 steps)" in shown
+
+
 def check_dispatcher(tmp_path: Path) -> None:
     rows = [line.split(" -> ") for line in run_example("dispatcher.py", tmp_path).splitlines()]
     decisions = {label.strip(): tuple(outcome.split()) for label, outcome in rows}
@@ -293,6 +325,8 @@ def check_openai_agent(tmp_path: Path) -> None:
 CHECKS: dict[str, Callable[[Path], None]] = {
     "quickstart.py": check_quickstart,
     "demo.py": check_demo,
+    "demo_store.py": check_demo_store,
+    "explore_demo_store.py": check_demo_store,
     "dispatcher.py": check_dispatcher,
     "agent_loop.py": check_agent_loop,
     "loan_underwriting.py": check_loan_underwriting,
