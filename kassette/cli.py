@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import errno
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
-from kassette.codec import parse_timestamp, to_json
+from kassette.codec import parse_json, parse_timestamp, to_json
 from kassette.core import fork_run, run_status
 from kassette.errors import (
     InvalidArgumentError,
@@ -309,15 +308,12 @@ def _count(text: str) -> int:
 
 
 def _json_value(text: str) -> Any:
-    """A JSON value given on the command line (NaN and infinities are not JSON)."""
+    """A JSON value given on the command line (`kassette.codec.parse_json`'s rule)."""
     try:
-        return json.loads(text, parse_constant=_not_json)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected JSON, not {text!r} ({exc})") from None
-
-
-def _not_json(constant: str) -> NoReturn:
-    raise ValueError(f"{constant} is not JSON")
+        return parse_json(text, "the result")
+    except InvalidArgumentError as exc:
+        shown = text if len(text) <= 60 else f"{text[:57]}..."
+        raise argparse.ArgumentTypeError(f"expected JSON, not {shown!r} ({exc})") from None
 
 
 def _add_storage(parser: argparse.ArgumentParser, default: Any) -> None:

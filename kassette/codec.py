@@ -53,6 +53,7 @@ __all__ = [
     "event_name",
     "format_timestamp",
     "new_run_id",
+    "parse_json",
     "parse_moment",
     "parse_timestamp",
     "plain",
@@ -158,6 +159,34 @@ def check_json_encoded(value: object, what: str) -> tuple[Any, bytes]:
             f"{what} is nested deeper than {MAX_DEPTH} arrays and objects, kassette's limit"
         )
     return _SCAN(text, 0)[0], data  # the whole text is one value: it was just encoded
+
+
+def parse_json(text: str | bytes, what: str = "the value", *, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON value a person gave (the CLI's `--result`, koto's `--with-data`), or
+    `InvalidArgumentError` for anything kassette could not journal as given: not JSON, `NaN`
+    or `Infinity` (not JSON), a number too large for a float (`1e999`) or an int (5,000
+    digits), or arrays and objects nested more than `max_depth` levels (told before the
+    recursive parser runs). The one rule for values typed on a command line."""
+    data = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
+    if too_deep(data, max_depth):
+        raise InvalidArgumentError(f"{what} is nested more than {max_depth} levels deep")
+    try:
+        return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:  # unreachable past too_deep; kept as the parser's own guard
+        raise InvalidArgumentError(f"{what} is nested more than {max_depth} levels deep") from None
+    except ValueError as exc:  # also UnicodeDecodeError, and int()'s digit limit
+        raise InvalidArgumentError(f"not valid JSON: {exc}") from None
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is too large for a number")
+    return number
 
 
 def _encode(value: object) -> str:

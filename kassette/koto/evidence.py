@@ -11,10 +11,10 @@ details, and nothing is journaled.
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
+from kassette.codec import parse_json
+from kassette.errors import InvalidArgumentError
 from kassette.koto.errors import KotoError
 
 __all__ = [
@@ -53,28 +53,15 @@ def parse(data: str) -> dict[str, Any]:
     if len(raw) > MAX_BYTES:
         raise _invalid(f"the data is larger than {MAX_BYTES} bytes (1 MiB)")
     try:
-        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
-    except RecursionError:
-        raise _invalid(f"the data is nested more than {MAX_DEPTH} levels deep") from None
-    except ValueError as exc:
-        raise _invalid(f"not valid JSON: {exc}") from None
+        value = parse_json(raw, "the data", max_depth=MAX_DEPTH)
+    except InvalidArgumentError as exc:
+        raise _invalid(str(exc)) from None
     problem = _problem(value)
     if problem is not None:
         raise _invalid(problem)
     if not isinstance(value, dict):
         raise _invalid("the data must be a JSON object of fields")
     return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text} is too large for a number")
-    return number
 
 
 def _problem(value: Any) -> str | None:
