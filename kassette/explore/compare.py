@@ -3,12 +3,17 @@
 Forks share their source's entries up to the fork point, so their steps line up by id; the
 first step whose result differs (or that only some of the runs reached) is where the
 branches diverge. Steps are ordered by the offset where they first appear in any of the runs.
+
+Whether two results are the same is decided on their *comparable* form: a step's result as
+recorded, except that a model call compares by its answer (see `kassette.explore._answers`),
+so a response id or a token count never makes two branches differ.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
@@ -20,40 +25,103 @@ from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore._read import unique_run_ids
 from kassette.explore.frames import Journals
 
-__all__ = ["FIRST_DIVERGENCE", "compare", "first_divergence", "step_results"]
+__all__ = ["FIRST_DIVERGENCE", "VALUES", "Comparison", "compare", "compared"]
 
 FIRST_DIVERGENCE = "first_divergence"
+VALUES = ("text", "json", "python")
 
 
 def compare(
-    journals: Journals, run_ids: Iterable[str], *, values: Literal["json", "python"] = "json"
+    journals: Journals,
+    run_ids: Iterable[str],
+    *,
+    values: Literal["text", "json", "python"] = "text",
 ) -> pd.DataFrame:
-    """A frame indexed by `step_id` with one column per run holding that step's result (as
-    JSON text, or with `values="python"` as the decoded value; missing where the run has no
-    such step), and a boolean `first_divergence` column that is True on the first step where
-    the runs differ. The step id is also in `frame.attrs["first_divergence"]` (None when the
-    runs agree on every step)."""
-    if values not in ("json", "python"):
-        raise InvalidArgumentError(f"values must be 'json' or 'python', not {values!r}")
-    wanted, order, results = step_results(journals, run_ids)
-    cell = _text if values == "json" else _value
+    """A frame indexed by `step_id` with one column per run holding that step's result
+    (missing where the run has no such step), and a boolean `first_divergence` column that is
+    True on the first step where the runs differ. The step id is also in
+    `frame.attrs["first_divergence"]` (None when the runs agree on every step).
+
+    `values` says how a result is shown: `"text"` (the default) as JSON text, except a model
+    call, which shows its answer (see `docs/explore.md`); `"json"` every result as the JSON
+    text recorded; `"python"` as the decoded value."""
+    if values not in VALUES:
+        raise InvalidArgumentError(f"values must be one of {', '.join(VALUES)}, not {values!r}")
+    comparison = compared(journals, run_ids)
     columns: dict[str, list[Any]] = {
-        run_id: [cell(results[run_id], step_id) for step_id in order] for run_id in wanted
+        run_id: [comparison.cell(run_id, step_id, values) for step_id in comparison.steps]
+        for run_id in comparison.run_ids
     }
-    divergent = first_divergence(results, wanted, order)
-    columns[FIRST_DIVERGENCE] = [step_id == divergent for step_id in order]
-    frame = pd.DataFrame(columns, index=pd.Index(order, name="step_id", dtype="str"))
+    divergent = comparison.first_divergence
+    columns[FIRST_DIVERGENCE] = [step_id == divergent for step_id in comparison.steps]
+    index = pd.Index(comparison.steps, name="step_id", dtype="str")
+    frame = pd.DataFrame(columns, index=index)
     if values == "python":
-        frame[wanted] = frame[wanted].astype(object)
+        frame[comparison.run_ids] = frame[comparison.run_ids].astype(object)
     frame.attrs[FIRST_DIVERGENCE] = divergent
     return frame
 
 
-def step_results(
-    journals: Journals, run_ids: Iterable[str]
-) -> tuple[list[str], list[str], dict[str, dict[str, Any]]]:
-    """The run ids (without repeats), the step ids in order of first offset, and each run's
-    decoded step results by step id."""
+_MISSING = None  # the key of a step the run does not have (a step's own key is never None)
+
+
+@dataclass
+class Comparison:
+    """Runs aligned by step id: `run_ids` (no repeats), `steps` (ids in order of first
+    offset), each run's step `entries` by step id (the entry's fields after the envelope:
+    `result`, `call`, ...), their `results`, and each result's comparable `keys` (equal
+    keys: the same result)."""
+
+    run_ids: list[str]
+    steps: list[str]
+    entries: dict[str, dict[str, dict[str, Any]]]
+    results: dict[str, dict[str, Any]] = field(init=False)
+    keys: dict[str, dict[str, str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.results = {
+            run_id: {step: entry.get("result") for step, entry in steps.items()}
+            for run_id, steps in self.entries.items()
+        }
+        self.keys = {
+            run_id: {step: _key(entry) for step, entry in steps.items()}
+            for run_id, steps in self.entries.items()
+        }
+
+    def key(self, run_id: str, step_id: str) -> str | None:
+        return self.keys[run_id].get(step_id, _MISSING)
+
+    def alike(self, step_id: str, run_ids: list[str] | None = None) -> bool:
+        """Every run (of `run_ids`, default all) has the step, with the same result."""
+        keys = {self.key(run_id, step_id) for run_id in run_ids or self.run_ids}
+        return len(keys) == 1 and _MISSING not in keys
+
+    @property
+    def first_divergence(self) -> str | None:
+        """The first step whose results differ, or that only some runs have."""
+        return next((step for step in self.steps if not self.alike(step)), None)
+
+    def groups(self, first: str) -> list[list[str]]:
+        """The runs whose every step is the same, `first`'s group first, then in run order."""
+        alike: dict[tuple[str | None, ...], list[str]] = {}
+        for run_id in self.run_ids:
+            shape = tuple(self.key(run_id, step) for step in self.steps)
+            alike.setdefault(shape, []).append(run_id)
+        return sorted(alike.values(), key=lambda runs: first not in runs)
+
+    def cell(self, run_id: str, step_id: str, values: str) -> Any:
+        """A frame's cell for `values` (see `compare`)."""
+        results = self.results[run_id]
+        if step_id not in results:
+            return pd.NA if values == "python" else None
+        value = results[step_id]
+        if values == "python":
+            return value
+        return to_json(value)
+
+
+def compared(journals: Journals, run_ids: Iterable[str]) -> Comparison:
+    """The runs `run_ids` of `journals`, aligned by step id."""
     wanted = unique_run_ids(run_ids) or []
     if not wanted:
         raise InvalidArgumentError("compare needs at least one run id")
@@ -68,39 +136,19 @@ def step_results(
             pc.equal(entries.column("type"), "step"),
         )
     ).select(["run_id", "offset", "step_id", "value"])
-    results: dict[str, dict[str, Any]] = {run_id: {} for run_id in wanted}
+    found: dict[str, dict[str, dict[str, Any]]] = {run_id: {} for run_id in wanted}
     first_offset: dict[str, int] = {}
     for run_id, offset, step_id, value in zip(
         *(steps.column(name).to_pylist() for name in steps.column_names), strict=True
     ):
-        if step_id is None or step_id in results[run_id]:
+        if step_id is None or step_id in found[run_id]:
             continue  # the first record of a step id is authoritative
-        results[run_id][step_id] = json.loads(value).get("result")
+        found[run_id][step_id] = json.loads(value)
         first_offset[step_id] = min(offset, first_offset.get(step_id, offset))
     order = sorted(first_offset, key=lambda step_id: first_offset[step_id])
-    return wanted, order, results
+    return Comparison(wanted, order, found)
 
 
-def first_divergence(
-    results: dict[str, dict[str, Any]], run_ids: list[str], order: list[str]
-) -> str | None:
-    """The first step (in `order`) whose results differ, or that only some runs have."""
-    return next((s for s in order if not _agree(results, run_ids, s)), None)
-
-
-_MISSING = object()
-
-
-def _agree(results: dict[str, dict[str, Any]], run_ids: list[str], step_id: str) -> bool:
-    values = [results[run_id].get(step_id, _MISSING) for run_id in run_ids]
-    return all(value is not _MISSING and value == values[0] for value in values)
-
-
-def _value(results: dict[str, Any], step_id: str) -> Any:
-    return results.get(step_id, pd.NA)
-
-
-def _text(results: dict[str, Any], step_id: str) -> str | None:
-    if step_id not in results:
-        return None
-    return to_json(results[step_id])
+def _key(entry: dict[str, Any]) -> str:
+    """A step's comparable form as text: equal text, the same result."""
+    return json.dumps(entry.get("result"), sort_keys=True, ensure_ascii=False)

@@ -607,18 +607,22 @@ def test_pressing_fan_out_adds_n_branches_to_the_tree_and_n_journal_files(
         journal = read_journal(LocalStorage(lab.root / "journals"), f"wide.{number}")
         assert journal.entries[2]["source"] == {"runId": "main", "fromOffset": 2}
     compared = panel.locator(".kassette-fork-explorer .kassette-compare")
-    expect(compared.locator("thead th")).to_have_count(2 + FAN_OUT)  # step, main, branches
-    expect(compared.locator("thead .kx-name").first).to_have_text("main")
+    # 21 branches: a row each (transposed), the plan step alike in all of them folded away
+    branches = compared.locator(".kx-by-rows tbody .kx-name")
+    expect(branches).to_have_count(1 + FAN_OUT)
+    expect(branches.first).to_have_text("main")
+    expect(compared.locator(".kx-fold")).to_contain_text("1 step alike in every branch: plan")
     expect(compared.locator(".kx-banner")).to_contain_text("first divergence: step implement")
     explorer = panel.locator(".kassette-fork-explorer")
     explorer.screenshot(path=tmp_path / "fork-explorer-20-branches.png")
     compared.locator(".kx-mode").select_option("diff")
     expect(compared.locator(".kx-diff").first).to_be_visible()
     compared.screenshot(path=tmp_path / "compare-20-branches-diff.png")
-    # the fake model has three drafts: one column for each, headed by who wrote it
+    # the fake model has three drafts: one row for each, headed by who wrote it
     compared.locator("input.kx-group").check()
-    expect(compared.locator("thead th")).to_have_count(1 + 3)
-    expect(compared.locator("thead .kx-name").first).to_have_text(re.compile(r"^main \+\d+$"))
+    expect(branches).to_have_count(3)
+    expect(branches.first).to_have_text(re.compile(r"^main \+\d+$"))
+    expect(compared.locator(".kx-group-label")).to_contain_text("3 distinct of 21")
     compared.screenshot(path=tmp_path / "compare-20-branches-grouped.png")
     print(f"screenshots: {tmp_path}")
 

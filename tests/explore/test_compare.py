@@ -80,7 +80,7 @@ def test_values_python_gives_decoded_values(scenario: Scenario) -> None:
     missing = [step for step in frame.index if frame.loc[step, "single"] is pd.NA]
     assert missing and all(frame.loc[step, "parallel"] is not pd.NA for step in missing)
     with pytest.raises(InvalidArgumentError, match="values must be"):
-        kx.compare(journals, ["single"], values="text")  # type: ignore[arg-type]
+        kx.compare(journals, ["single"], values="yaml")  # type: ignore[arg-type]
 
 
 def many_branches(count: int) -> tuple[kx.Journals, list[str]]:
@@ -166,3 +166,35 @@ def test_compare_view_update_compares_other_runs_in_the_same_model() -> None:
     assert view.runs == runs and view.baseline == "b02"  # a refused update changes nothing
     view.update(journals, runs[3:])
     assert view.runs == ["b03"] and view.baseline == "b03" and view.diffs == {}
+
+
+def test_equal_steps_fold_by_default_beyond_three_branches() -> None:
+    journals, runs = many_branches(4)
+    three = kx.CompareView(journals, runs[:3])
+    assert three.hide_equal is False and three.transposed is False
+    four = kx.CompareView(journals, runs)
+    assert four.hide_equal is True
+    # plan is alike in every branch; write differs; check is len(text), the same length
+    assert four.alike == [True, False, True]
+    four.update(journals, runs[:2])  # fewer branches: the default follows the count
+    assert four.hide_equal is False
+    chosen = kx.CompareView(journals, runs, hide_equal=False)
+    chosen.update(journals, [*runs, *runs])
+    assert chosen.hide_equal is False  # set by hand: kept
+    chosen.hide_equal = True  # as the browser's checkbox does
+    chosen.update(journals, runs[:2])
+    assert chosen.hide_equal is True
+
+
+def test_many_branches_are_transposed_and_grouping_counts_distinct_branches() -> None:
+    journals, runs = many_branches(12)
+    assert kx.CompareView(journals, runs[:10]).transposed is False
+    view = kx.CompareView(journals, runs[:11])
+    assert view.transposed is True
+    assert len(view.groups) == 7  # 11 branches, 7 distinct drafts
+    view.transposed = False  # the user's choice outlives an update to more branches
+    view.update(journals, runs)
+    assert view.transposed is False
+    distinct = kx.CompareView(journals, runs[:7])
+    assert distinct.groups == [[run] for run in runs[:7]]  # "all 7 distinct"
+    assert kx.CompareView(journals, runs, transposed=False).transposed is False

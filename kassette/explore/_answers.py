@@ -1,0 +1,113 @@
+"""Answers: how a comparison shows a model call, as the text a person reads.
+
+A model-call step (see `kassette.model_calls`) is shown as its response text, then its tool
+calls, one line each; above it, the request parameters that differ from the baseline's
+(`temperature 0.7 → 1.3`). Two answers are the same when their text and tool calls are:
+response ids, `created`, `system_fingerprint`, usage and timings never make them differ. Two
+texts are diffed word by word, with long unchanged runs shortened to a few words each side.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any, NamedTuple
+
+__all__ = ["ELIDED", "Answer", "answer_of", "request_changes", "word_diff"]
+
+ELIDED = "…"  # a word diff's op for an unchanged run it shortened; its text says how much
+CONTEXT = 4  # unchanged words kept each side of a change
+_WORD = re.compile(r"\S+\s*|\s+")
+_SHORT = 40  # characters of a value quoted in a request change
+
+
+class Answer(NamedTuple):
+    """A model call as a comparison shows it: `text` (the response text, then a line per
+    tool call), `key` (its comparable form) and `request` (the request as sent, or None)."""
+
+    text: str
+    key: str
+    request: dict[str, Any] | None
+
+
+def answer_of(entry: dict[str, Any]) -> Answer | None:
+    """The answer of a step entry's fields (`result`, `call`, ...), None if it is not a
+    model call. (Model calls are not read yet: every step shows its result.)"""
+    return None
+
+
+def request_changes(baseline: dict[str, Any] | None, request: dict[str, Any] | None) -> list[str]:
+    """One line per top-level request parameter that differs from the baseline's:
+    `temperature 0.7 → 1.3`; inside a list or object, the first differing path
+    (`messages[1].content "Write a haiku" → "Write a limerick"`)."""
+    if baseline is None or request is None or baseline == request:
+        return []
+    lines = []
+    for name in [*baseline, *(key for key in request if key not in baseline)]:
+        before, after = baseline.get(name, _UNSET), request.get(name, _UNSET)
+        if before != after:
+            path, before, after = _first_difference(name, before, after)
+            lines.append(f"{path} {_short(before)} → {_short(after)}")
+    return lines
+
+
+_UNSET: Any = object()
+
+
+def _first_difference(path: str, before: Any, after: Any) -> tuple[str, Any, Any]:
+    """The first path below `path` where two JSON values differ, and the values there."""
+    for _ in range(64):  # JSON nests far less deep than this; the bound keeps it a loop
+        if isinstance(before, dict) and isinstance(after, dict):
+            names = [*before, *(key for key in after if key not in before)]
+            name = next(k for k in names if before.get(k, _UNSET) != after.get(k, _UNSET))
+            before, after = before.get(name, _UNSET), after.get(name, _UNSET)
+            path = f"{path}.{name}"
+        elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+            index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+            path, before, after = f"{path}[{index}]", before[index], after[index]
+        else:
+            break
+    return path, before, after
+
+
+def _short(value: Any) -> str:
+    if value is _UNSET:
+        return "unset"
+    if isinstance(value, list | dict):
+        kind = "list" if isinstance(value, list) else "object"
+        return f"({kind} of {len(value)})"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= _SHORT else text[: _SHORT - 2] + "…" + text[-1]
+
+
+def word_diff(old: str, new: str, *, context: int = CONTEXT) -> list[tuple[str, str]]:
+    """`new` against `old` word by word: `("=", text)` unchanged, `("-", text)` only in old,
+    `("+", text)` only in new, and `(ELIDED, "N words")` for an unchanged run shortened to
+    `context` words each side of a change. Whitespace stays with the word before it."""
+    if old == new:
+        return []
+    before, after = _WORD.findall(old), _WORD.findall(new)
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    opcodes = matcher.get_opcodes()
+    diff: list[tuple[str, str]] = []
+    for number, (op, i1, i2, j1, j2) in enumerate(opcodes):
+        if op != "equal":
+            if i2 > i1:
+                diff.append(("-", "".join(before[i1:i2])))
+            if j2 > j1:
+                diff.append(("+", "".join(after[j1:j2])))
+            continue
+        words = before[i1:i2]
+        head = context if number > 0 else 0  # words kept after the change before this run
+        tail = context if number < len(opcodes) - 1 else 0  # ... and before the next one
+        if len(words) <= head + tail + 1:
+            diff.append(("=", "".join(words)))
+            continue
+        if head:
+            diff.append(("=", "".join(words[:head])))
+        hidden = len(words) - head - tail
+        diff.append((ELIDED, f"{hidden} word{'s' if hidden != 1 else ''}"))
+        if tail:
+            diff.append(("=", "".join(words[-tail:])))
+    return diff
