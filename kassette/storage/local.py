@@ -22,7 +22,8 @@ A run's stamp (`RunStamps`) is its journal file's inode, size and modification t
 
 `{path}/{runId}.lock` serialises sessions across processes. It is created atomically with
 `link(2)` and holds the holder's pid, host and session; a lock whose pid is dead on this host
-is reclaimed (under a directory `flock`, so two reclaimers cannot both win). Journals and
+is reclaimed (under a directory `flock`, so two reclaimers cannot both win). Only the process
+that took a lock releases it: a child forked while it is held leaves it to its parent. Journals and
 lockfiles are written as hidden temporary files naming their process, linked into place; the
 first lock a `LocalStorage` takes removes those of processes that died before removing them.
 """
@@ -217,12 +218,15 @@ class LocalStorage:
         finally:
             if self._open.get(run_id) is journal:
                 del self._open[run_id]
-            if not journal.forked:  # a forked child leaves its parent's journal alone
+            # A child forked while the lock is held (multiprocessing's fork start method, a
+            # data loader) unwinds through here when it exits with `sys.exit`: the lock and
+            # the open journal are its parent's, so only the process that took them lets go.
+            if os.getpid() == holder["pid"] and not journal.forked:
                 with journal.mutex:
                     journal.release(self.path, run_id)
-            with contextlib.suppress(OSError):
-                if path.read_bytes() == content:
-                    path.unlink()
+                with contextlib.suppress(OSError):
+                    if path.read_bytes() == content:
+                        path.unlink()
 
     def _acquire(self, run_id: str, path: Path, content: bytes) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

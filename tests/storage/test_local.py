@@ -230,6 +230,54 @@ def test_a_lock_held_by_another_process(storage: LocalStorage, root: Path) -> No
         assert run.session == 3
 
 
+PARENT_FORKS_IN_A_STEP = """
+import os, sys
+from kassette import LocalStorage, open_run
+
+def forks():
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # the child unwinds through the step, the session and the lock
+    os.waitpid(pid, 0)
+    return pid
+
+with open_run(LocalStorage(sys.argv[1]), "r1") as run:
+    run.record("forks", forks)
+    print("forked", flush=True)
+    sys.stdin.readline()
+    run.record("after", lambda: 2)
+    run.complete("done")
+"""
+
+
+def test_a_forked_child_exiting_through_sys_exit_leaves_the_parents_lock(
+    storage: LocalStorage, root: Path
+) -> None:
+    """A child `os.fork()`ed inside a step (multiprocessing's fork start method, a data
+    loader) that exits with `sys.exit` unwinds through kassette: it must not remove the lock
+    its live parent holds, so another process still gets `RunLockedError`."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT_FORKS_IN_A_STEP, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert parent.stdout is not None and parent.stdin is not None
+        assert parent.stdout.readline() == b"forked\n"  # the child has exited
+        assert json.loads(lockfile(root).read_text())["pid"] == parent.pid
+        with pytest.raises(RunLockedError, match=str(parent.pid)):
+            open_run(storage, "r1")
+        parent.stdin.write(b"\n")
+        parent.stdin.flush()
+    finally:
+        parent.communicate(timeout=60)
+    assert parent.returncode == 0  # never fenced: its session stayed the run's only one
+    entries = read_journal(storage, "r1").entries
+    assert [entry["type"] for entry in entries] == ["start", "step", "step", "complete"]
+    assert {entry["session"] for entry in entries} == {1}
+    assert not lockfile(root).exists()  # the parent released it at the end
+
+
 def test_a_lock_left_by_a_dead_pid_is_reclaimed(storage: LocalStorage, root: Path) -> None:
     with open_run(storage, "r1"):
         pass
