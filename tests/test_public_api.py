@@ -60,6 +60,7 @@ CORE_MODULES = [
     "kassette.fork",
     "kassette.journal",
     "kassette.lineage",
+    "kassette.model_calls",
     "kassette.retry",
     "kassette.sessions",
     "kassette.state",

@@ -1,0 +1,727 @@
+"""Model calls read as data: the one place that knows what a provider's response looks like.
+
+A *model call* is a `step` entry whose `result` is a model provider's response as the API sent
+it, with an optional `call` field `{"provider", "method", "request"}` next to it
+(docs/journal-format.md). The response is one of:
+
+- OpenAI: a chat completion (`"object": "chat.completion"`), a Responses API response
+  (`"object": "response"`), or for a stream `{"stream": [...]}` of chat completion chunks or of
+  Responses events (`response.created`, `response.output_text.delta`, ...,
+  `response.completed`);
+- Anthropic: a Messages API message (`"type": "message"`), or for a stream `{"stream": [...]}`
+  of its server-sent events as JSON (`message_start`, `content_block_start`,
+  `content_block_delta`, `content_block_stop`, `message_delta`, `message_stop`).
+
+`read_model_call(entry)` (or `read_model_result(result, call)`) says whether a step is a model
+call and reads it into a `ModelCall`: provider, method, request, model, the assistant's text,
+its tool calls, the finish reason and the token usage in one vocabulary for every provider, the
+prompt, and a comparable form without the fields that differ between two identical answers.
+An entry without `call` (older journals, upstream's) is a model call when its result has one
+of the shapes above. `response_from_text(call, text)` writes the response of the same provider,
+method and shape that carries another text: what a fork edit journals.
+
+Standard library only: the core (fork edits) reads model calls too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "FINISH_REASONS",
+    "PROVIDERS",
+    "VOLATILE_FIELDS",
+    "ModelCall",
+    "TokenUsage",
+    "read_model_call",
+    "read_model_result",
+    "response_from_text",
+]
+
+PROVIDERS = ("openai", "anthropic")
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
+"""The finish reasons every provider's own is mapped to (an unknown one is kept as sent)."""
+
+VOLATILE_FIELDS = frozenset(
+    {
+        "id",
+        "created",
+        "created_at",
+        "completed_at",
+        "system_fingerprint",
+        "usage",
+        "service_tier",
+        "sequence_number",
+        "item_id",
+        "call_id",
+        "obfuscation",
+        "durationMs",
+        "duration_ms",
+        "timings",
+    }
+)
+"""Fields of a response that differ between two calls that gave the same answer: ids,
+timestamps, the serving machine, usage, timings. `ModelCall.comparable()` leaves them out."""
+
+# What each provider's finish reason means in `FINISH_REASONS`' words.
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "max_output_tokens": "length",
+}
+_CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
+_ANTHROPIC_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    }
+)
+# a tool's arguments are the model's own data: never stripped as volatile
+_OPAQUE = frozenset({"input", "arguments", "partial_json"})
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """A model call's token counts in one vocabulary for every provider.
+
+    `input_tokens` counts every input token, cached ones included (OpenAI's `prompt_tokens` or
+    `input_tokens`; Anthropic's `input_tokens` plus its cache read and cache creation tokens);
+    `cached_input_tokens` of them were read from the provider's prompt cache and
+    `cache_creation_input_tokens` were written to it. `reasoning_tokens` are part of
+    `output_tokens`. A count the response does not report is None.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """A journaled model call, read: what was asked, of whom, and what came back.
+
+    `provider` is `"openai"` or `"anthropic"`; `method` the API method
+    (`chat.completions.create`, `responses.create`, `messages.create`, `messages.stream`);
+    `request` the request as sent when the entry records it (else None); `result` the response
+    as journaled; `stream` whether it is a recorded stream. `text` is the assistant's text,
+    joined (over the first choice, the output items, the text blocks or the stream's deltas);
+    `tool_calls` a list of `{"name", "arguments"}` (arguments decoded when they are JSON);
+    `finish_reason` one of `FINISH_REASONS` (or the provider's own word when it has no
+    equivalent, None when not reported).
+    """
+
+    provider: str
+    method: str
+    request: dict[str, Any] | None
+    result: Any
+    stream: bool
+    model: str | None
+    text: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+    @property
+    def prompt(self) -> str | None:
+        """The text of the request's last user message (None without a request or one)."""
+        return _prompt(self.request)
+
+    def comparable(self) -> Any:
+        """The response without `VOLATILE_FIELDS` (at any depth, but never inside a tool's
+        arguments): two calls that gave the same answer compare equal."""
+        return _without_volatile(self.result)
+
+
+def read_model_call(entry: Mapping[str, Any]) -> ModelCall | None:
+    """The model call a journal entry records, or None when it is not one (not a plain `step`
+    entry, or a step whose result is no provider's response and which has no `call`)."""
+    if entry.get("type") != "step" or entry.get("kind", "step") != "step":
+        return None
+    return read_model_result(entry.get("result"), entry.get("call"))
+
+
+def read_model_result(result: Any, call: Any = None) -> ModelCall | None:
+    """A step's `result` (and its `call` field, if any) read as a model call, or None.
+
+    With a `call` naming a provider and a method, the step is a model call whatever its result
+    holds; without one, the result's shape decides (see the module docstring).
+    """
+    shape = _shape(result)
+    recorded = call if isinstance(call, Mapping) else {}
+    provider, method = recorded.get("provider"), recorded.get("method")
+    if isinstance(provider, str) and isinstance(method, str):
+        if shape is not None and shape[0] != provider:
+            shape = None  # the call's own word wins over a look-alike result
+    elif shape is not None:
+        provider, method = shape[0], shape[1]
+    else:
+        return None
+    request = recorded.get("request")
+    request = dict(request) if isinstance(request, Mapping) else None
+    stream = _is_stream(result)
+    read = _READERS[shape[0], shape[1]](result) if shape is not None else _Read()
+    model = read.model
+    if model is None and request is not None and isinstance(request.get("model"), str):
+        model = request["model"]
+    return ModelCall(
+        provider=provider,
+        method=method,
+        request=request,
+        result=result,
+        stream=stream,
+        model=model,
+        text=read.text,
+        tool_calls=read.tool_calls,
+        finish_reason=read.finish_reason,
+        usage=read.usage,
+    )
+
+
+def response_from_text(call: ModelCall, text: str) -> Any:
+    """A well-formed response of `call`'s provider, method and shape (a stream for a recorded
+    stream) that carries `text` as the whole answer: recorded model, finish reason `stop`, no
+    tool calls, zero usage (no tokens were spent on it), a new id derived from the text, and
+    the recorded response's other fields. The same text always gives the same response."""
+    template = _template(call)
+    model = call.model or ""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    if call.provider == "anthropic":
+        message = _anthropic_message(template, model, digest, text)
+        return {"stream": _anthropic_events(message, text)} if call.stream else message
+    if _shape(call.result) == ("openai", _RESPONSES) or call.method == _RESPONSES:
+        response = _openai_response(template, model, digest, text)
+        return {"stream": _response_events(response, text)} if call.stream else response
+    if call.stream:
+        return {"stream": _chat_chunks(call.result, model, digest, text)}
+    return _chat_completion(template, model, digest, text)
+
+
+# -- shapes: which provider and method a result looks like ---------------------------------
+
+
+def _shape(result: Any) -> tuple[str, str] | None:
+    """(provider, method) of a result with a provider's response shape, else None."""
+    if not isinstance(result, dict):
+        return None
+    kind = result.get("object")
+    if kind == "chat.completion":
+        return "openai", _CHAT
+    if kind == "response":
+        return "openai", _RESPONSES
+    if result.get("type") == "message" and result.get("role") == "assistant":
+        return "anthropic", _MESSAGES
+    if not _is_stream(result):
+        return None
+    items = result["stream"]
+    if not items or not all(isinstance(item, dict) for item in items):
+        return None
+    if all(item.get("object") == "chat.completion.chunk" for item in items):
+        return "openai", _CHAT
+    types = [item.get("type") for item in items]
+    if not all(isinstance(kind, str) for kind in types):
+        return None
+    if all(kind.startswith("response.") or kind == "error" for kind in types):
+        return "openai", _RESPONSES
+    if "message_start" in types and all(kind in _ANTHROPIC_EVENTS for kind in types):
+        return "anthropic", _MESSAGES
+    return None
+
+
+def _is_stream(result: Any) -> bool:
+    return isinstance(result, dict) and len(result) == 1 and isinstance(result.get("stream"), list)
+
+
+# -- reading each shape ----------------------------------------------------------------------
+
+
+@dataclass
+class _Read:
+    model: str | None = None
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+def _read_chat(result: Any) -> _Read:
+    if _is_stream(result):
+        return _read_chat_stream(result["stream"])
+    choices = result.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else {}
+    choice = choice if isinstance(choice, dict) else {}
+    message = _dict(choice.get("message"))
+    calls = [_dict(c.get("function")) for c in _dicts(message.get("tool_calls"))]
+    if isinstance(message.get("function_call"), dict):
+        calls.append(message["function_call"])
+    return _Read(
+        model=_text(result.get("model")),
+        text=_content_text(message.get("content"), ""),
+        tool_calls=[_tool_call(c.get("name"), c.get("arguments")) for c in calls],
+        finish_reason=_finish(choice.get("finish_reason")),
+        usage=_openai_usage(result.get("usage")),
+    )
+
+
+def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish, usage, model = None, None, None
+    for chunk in chunks:
+        model = model or _text(chunk.get("model"))
+        usage = chunk.get("usage") or usage
+        for choice in _dicts(chunk.get("choices")):
+            if choice.get("index", 0) != 0:
+                continue
+            delta = _dict(choice.get("delta"))
+            if isinstance(delta.get("content"), str):
+                text.append(delta["content"])
+            deltas = _dicts(delta.get("tool_calls"))
+            if isinstance(delta.get("function_call"), dict):
+                deltas.append({"index": -1, "function": delta["function_call"]})
+            for part in deltas:
+                slot = calls.setdefault(part.get("index", 0), {"name": None, "arguments": ""})
+                function = _dict(part.get("function"))
+                slot["name"] = slot["name"] or function.get("name")
+                if isinstance(function.get("arguments"), str):
+                    slot["arguments"] += function["arguments"]
+            finish = choice.get("finish_reason") or finish
+    return _Read(
+        model=model,
+        text="".join(text),
+        tool_calls=[_tool_call(c["name"], c["arguments"]) for _, c in sorted(calls.items())],
+        finish_reason=_finish(finish),
+        usage=_openai_usage(usage),
+    )
+
+
+def _read_responses(result: Any) -> _Read:
+    if not _is_stream(result):
+        return _read_response(result)
+    events = result["stream"]
+    ended = [
+        e["response"]
+        for e in events
+        if e.get("type") in ("response.completed", "response.incomplete", "response.failed")
+        and isinstance(e.get("response"), dict)
+    ]
+    if ended:
+        return _read_response(ended[-1])
+    started: dict[str, Any] = next(
+        (e["response"] for e in events if isinstance(e.get("response"), dict)), {}
+    )
+    items = [e["item"] for e in events if e.get("type") == "response.output_item.done"]
+    read = _read_response({**started, "output": _dicts(items)})
+    # a stream cut short has no finished message items: its text is in the deltas
+    read.text = "".join(
+        e["delta"]
+        for e in events
+        if e.get("type") == "response.output_text.delta" and isinstance(e.get("delta"), str)
+    )
+    return read
+
+
+def _read_response(response: dict[str, Any]) -> _Read:
+    text: list[str] = []
+    calls = []
+    for item in _dicts(response.get("output")):
+        if item.get("type") == "message":
+            text += [
+                part["text"]
+                for part in _dicts(item.get("content"))
+                if part.get("type") == "output_text" and isinstance(part.get("text"), str)
+            ]
+        elif item.get("type") == "function_call":
+            calls.append(_tool_call(item.get("name"), item.get("arguments")))
+    status = response.get("status")
+    if status == "completed":
+        finish: str | None = "tool_calls" if calls else "stop"
+    elif status == "incomplete":
+        finish = _finish(_dict(response.get("incomplete_details")).get("reason"))
+    else:
+        finish = None
+    return _Read(
+        model=_text(response.get("model")),
+        text="".join(text),
+        tool_calls=calls,
+        finish_reason=finish,
+        usage=_openai_usage(response.get("usage")),
+    )
+
+
+def _read_messages(result: Any) -> _Read:
+    if not _is_stream(result):
+        blocks = _dicts(result.get("content"))
+        return _Read(
+            model=_text(result.get("model")),
+            text=_blocks_text(blocks),
+            tool_calls=[
+                _tool_call(b.get("name"), b.get("input"))
+                for b in blocks
+                if b.get("type") == "tool_use"
+            ],
+            finish_reason=_finish(result.get("stop_reason")),
+            usage=_anthropic_usage(result.get("usage")),
+        )
+    message: dict[str, Any] = {}
+    blocks_at: dict[int, dict[str, Any]] = {}
+    usage: dict[str, Any] = {}
+    stop = None
+    for event in result["stream"]:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = _dict(event.get("message"))
+            usage.update(_dict(message.get("usage")))
+        elif kind == "content_block_start":
+            blocks_at[event.get("index", 0)] = dict(_dict(event.get("content_block")))
+        elif kind == "content_block_delta":
+            block = blocks_at.setdefault(event.get("index", 0), {})
+            delta = _dict(event.get("delta"))
+            if isinstance(delta.get("text"), str):
+                block["text"] = block.get("text", "") + delta["text"]
+            if isinstance(delta.get("partial_json"), str):
+                block["partial_json"] = block.get("partial_json", "") + delta["partial_json"]
+        elif kind == "message_delta":
+            stop = _dict(event.get("delta")).get("stop_reason") or stop
+            usage.update({k: v for k, v in _dict(event.get("usage")).items() if v is not None})
+    blocks = [blocks_at[index] for index in sorted(blocks_at)]
+    for block in blocks:
+        if block.get("type") == "tool_use" and "partial_json" in block:
+            block["input"] = _decoded(block.pop("partial_json") or "{}")
+    return _read_messages(
+        {**message, "content": blocks, "stop_reason": stop, "usage": usage or None}
+    )
+
+
+_READERS = {
+    ("openai", _CHAT): _read_chat,
+    ("openai", _RESPONSES): _read_responses,
+    ("anthropic", _MESSAGES): _read_messages,
+}
+
+
+def _openai_usage(usage: Any) -> TokenUsage:
+    """Chat completions' `prompt_tokens`/`completion_tokens` or the Responses API's
+    `input_tokens`/`output_tokens`, with their details."""
+    if not isinstance(usage, dict):
+        return TokenUsage()
+    given = _count(usage.get("input_tokens", usage.get("prompt_tokens")))
+    taken = _count(usage.get("output_tokens", usage.get("completion_tokens")))
+    total = _count(usage.get("total_tokens"))
+    given_details = _dict(usage.get("input_tokens_details") or usage.get("prompt_tokens_details"))
+    taken_details = _dict(
+        usage.get("output_tokens_details") or usage.get("completion_tokens_details")
+    )
+    return TokenUsage(
+        input_tokens=given,
+        output_tokens=taken,
+        total_tokens=total if total is not None else _sum(given, taken),
+        cached_input_tokens=_count(given_details.get("cached_tokens")),
+        cache_creation_input_tokens=_count(given_details.get("cache_write_tokens")),
+        reasoning_tokens=_count(taken_details.get("reasoning_tokens")),
+    )
+
+
+def _anthropic_usage(usage: Any) -> TokenUsage:
+    """Anthropic's `input_tokens` leave out the cached ones: they are added back here."""
+    if not isinstance(usage, dict):
+        return TokenUsage()
+    read = _count(usage.get("cache_read_input_tokens"))
+    written = _count(usage.get("cache_creation_input_tokens"))
+    given = _count(usage.get("input_tokens"))
+    if given is not None:
+        given += (read or 0) + (written or 0)
+    taken = _count(usage.get("output_tokens"))
+    return TokenUsage(
+        input_tokens=given,
+        output_tokens=taken,
+        total_tokens=_sum(given, taken),
+        cached_input_tokens=read,
+        cache_creation_input_tokens=written,
+    )
+
+
+def _prompt(request: Mapping[str, Any] | None) -> str | None:
+    """The text of the last user message of a chat, Responses or Messages request."""
+    if request is None:
+        return None
+    messages = request.get("messages", request.get("input"))
+    if isinstance(messages, str):
+        return messages  # the Responses API's input given as one string
+    for message in reversed(_dicts(messages)):
+        if message.get("role") == "user":
+            return _content_text(message.get("content"), "\n")
+    return None
+
+
+# -- writing a response that carries a text --------------------------------------------------
+
+
+def _template(call: ModelCall) -> dict[str, Any]:
+    """The recorded response (for a stream, the whole response it ended with, or its first
+    event's) whose fields an edited response keeps."""
+    result = call.result
+    if not _is_stream(result):
+        return dict(result) if isinstance(result, dict) else {}
+    events = _dicts(result["stream"])
+    if call.provider == "anthropic":
+        start = next((e for e in events if e.get("type") == "message_start"), {})
+        return dict(_dict(start.get("message")))
+    responses = [e["response"] for e in events if isinstance(e.get("response"), dict)]
+    return dict(responses[-1]) if responses else dict(events[0]) if events else {}
+
+
+def _chat_completion(template: dict[str, Any], model: str, digest: str, text: str) -> Any:
+    return {
+        "id": f"chatcmpl-edited-{digest}",
+        "object": "chat.completion",
+        "created": _count(template.get("created")) or 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": _no_usage(template, _CHAT_USAGE),
+        "system_fingerprint": template.get("system_fingerprint"),
+        "service_tier": template.get("service_tier"),
+    }
+
+
+def _chat_chunks(recorded: Any, model: str, digest: str, text: str) -> list[dict[str, Any]]:
+    """A chat completion stream: the role, the text, the finish, and usage when the recorded
+    stream reported it (`stream_options={"include_usage": True}`)."""
+    chunks = _dicts(recorded.get("stream")) if isinstance(recorded, dict) else []
+    first = chunks[0] if chunks else {}
+    envelope = {
+        "id": f"chatcmpl-edited-{digest}",
+        "object": "chat.completion.chunk",
+        "created": _count(first.get("created")) or 0,
+        "model": model,
+        "system_fingerprint": first.get("system_fingerprint"),
+    }
+    deltas: list[tuple[dict[str, Any], str | None]] = [
+        ({"role": "assistant", "content": ""}, None),
+        ({"content": text}, None),
+        ({}, "stop"),
+    ]
+    stream = [
+        {
+            **envelope,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": end}],
+        }
+        for delta, end in deltas
+    ]
+    recorded_usage = next((chunk for chunk in chunks if chunk.get("usage")), None)
+    if recorded_usage is not None:
+        stream.append({**envelope, "choices": [], "usage": _no_usage(recorded_usage, _CHAT_USAGE)})
+    return stream
+
+
+def _openai_response(template: dict[str, Any], model: str, digest: str, text: str) -> Any:
+    response = {
+        "object": "response",
+        "created_at": template.get("created_at", 0),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "instructions": None,
+        "metadata": {},
+        "temperature": None,
+        "top_p": None,
+        **template,
+    }
+    response.update(
+        id=f"resp_edited{digest}",
+        model=model,
+        status="completed",
+        error=None,
+        incomplete_details=None,
+        output=[_output_message(digest, text, "completed")],
+        usage=_no_usage(template, _RESPONSES_USAGE),
+    )
+    response.pop("output_text", None)
+    return response
+
+
+_CHAT_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+_RESPONSES_USAGE = {
+    "input_tokens": 0,
+    "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+    "output_tokens": 0,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 0,
+}
+
+
+def _no_usage(template: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """The usage of a response no tokens were spent on: `default`, and every count the
+    recorded response's usage reports, set to 0."""
+    recorded = _dict(template.get("usage"))
+    usage = dict(default)
+    for key, value in recorded.items():
+        if isinstance(value, dict):
+            usage[key] = {**_dict(default.get(key)), **_no_usage({"usage": value}, {})}
+        else:
+            usage[key] = 0 if _count(value) is not None else value
+    return usage
+
+
+def _output_message(digest: str, text: str, status: str) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {
+        "type": "message",
+        "id": f"msg_edited{digest}",
+        "role": "assistant",
+        "status": status,
+        "content": [part] if status == "completed" else [],
+    }
+
+
+def _response_events(response: dict[str, Any], text: str) -> list[dict[str, Any]]:
+    """The Responses API's events for one message with one text part, in order."""
+    done = response["output"][0]
+    item_id = done["id"]
+    part = done["content"][0]
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    at = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**done, "status": "in_progress", "content": []},
+        },
+        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+        {"type": "response.output_text.delta", **at, "delta": text, "logprobs": []},
+        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        {"type": "response.completed", "response": response},
+    ]
+    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
+
+
+def _anthropic_message(template: dict[str, Any], model: str, digest: str, text: str) -> Any:
+    return {
+        "id": f"msg_edited{digest}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": _no_usage(template, {"input_tokens": 0, "output_tokens": 0}),
+    }
+
+
+def _anthropic_events(message: dict[str, Any], text: str) -> list[dict[str, Any]]:
+    """Anthropic's server-sent events for one text block, as JSON, in order."""
+    started = {**message, "content": [], "stop_reason": None}
+    return [
+        {"type": "message_start", "message": started},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 0},
+        },
+        {"type": "message_stop"},
+    ]
+
+
+# -- small readers -------------------------------------------------------------------------
+
+
+def _without_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: item if key in _OPAQUE else _without_volatile(item)
+            for key, item in value.items()
+            if key not in VOLATILE_FIELDS
+        }
+    if isinstance(value, list):
+        return [_without_volatile(item) for item in value]
+    return value
+
+
+def _tool_call(name: Any, arguments: Any) -> dict[str, Any]:
+    return {"name": _text(name), "arguments": _decoded(arguments)}
+
+
+def _decoded(arguments: Any) -> Any:
+    """A tool's arguments: decoded when they are JSON text, else as given."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def _content_text(content: Any, joiner: str) -> str:
+    """A message's content as text: a string, or its text parts (`text`, `input_text`,
+    `output_text`) joined."""
+    if isinstance(content, str):
+        return content
+    return _blocks_text(_dicts(content), joiner)
+
+
+def _blocks_text(blocks: Iterable[dict[str, Any]], joiner: str = "") -> str:
+    return joiner.join(
+        block["text"]
+        for block in blocks
+        if block.get("type") in ("text", "input_text", "output_text")
+        and isinstance(block.get("text"), str)
+    )
+
+
+def _finish(reason: Any) -> str | None:
+    return _FINISH.get(reason, reason) if isinstance(reason, str) else None
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _sum(first: int | None, second: int | None) -> int | None:
+    return first + second if first is not None and second is not None else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
