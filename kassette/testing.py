@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from typing import TYPE_CHECKING
 
 from kassette.core import fork_run, open_run, read_journal
 from kassette.errors import (
@@ -31,7 +32,16 @@ from kassette.sessions import cancel_run
 from kassette.storage import ExclusiveAppend, Storage, read_stamps
 from kassette.storage.memory import MemoryStorage
 
-__all__ = ["FakeClock", "MemoryStorage", "StorageConformance"]
+if TYPE_CHECKING:
+    from kassette._model_server import FakeModelServer
+
+__all__ = [
+    "FakeClock",
+    "FakeModelServer",
+    "MemoryStorage",
+    "StorageConformance",
+    "fake_model_server",
+]
 
 
 class FakeClock:
@@ -325,3 +335,32 @@ class StorageConformance:
         assert "build" not in journal.steps and journal.steps["plan"]["result"] == "p"
         assert cancel_run(storage, "dst", "done trying").status == "canceled"
         assert read_journal(storage, "src").next_offset == 3
+
+
+def fake_model_server(*, port: int = 0, seed: int = 0, latency: float = 0.0) -> FakeModelServer:
+    """A local model to prototype and test against: no key, no network, seeded answers.
+
+    A real HTTP server on 127.0.0.1 (a free port by default) that speaks OpenAI's chat
+    completions and Responses API and Anthropic's Messages API, JSON and streamed, well enough
+    for the real `openai` and `anthropic` SDKs. Its answers are a few sentences built from the
+    prompt's words (or a tool call, when the last user message names one of the request's
+    tools), the same for the same request, varying more as the temperature grows; it reports
+    usage in each provider's format. `latency` is the seconds before each response (a stream's
+    events follow at a twentieth of it); `fail_next(n, status=529)` makes the next n requests
+    fail as the provider would. Use it as a context manager, or call `close()`:
+
+        with fake_model_server() as server:
+            client = openai.OpenAI(api_key="unused", base_url=server.openai_base_url)
+    """
+    from kassette._model_server import FakeModelServer  # the server stays out of `import kassette`
+
+    return FakeModelServer(port=port, seed=seed, latency=latency)
+
+
+def __getattr__(name: str) -> object:
+    # `FakeModelServer` is imported when asked for, so `kassette.testing` stays light
+    if name == "FakeModelServer":
+        from kassette._model_server import FakeModelServer
+
+        return FakeModelServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
