@@ -36,6 +36,7 @@ __all__ = [
     "ErrorEntry",
     "ErrorPayload",
     "KnownEntry",
+    "ModelCall",
     "ResumeEntry",
     "Source",
     "StartEntry",
@@ -471,14 +472,26 @@ class StartEntry(_Envelope):
     params: NotRequired[dict[str, Any]]
 
 
+class ModelCall(TypedDict):
+    """The request of a model call, journaled next to its response (a step's `result`):
+    `provider` ("openai", "anthropic"), the SDK `method` (`chat.completions.create`, ...), and
+    the `request` as sent, as JSON, without credentials or transport options."""
+
+    provider: str
+    method: str
+    request: dict[str, Any]
+
+
 class StepEntry(_Envelope):
-    """A step's result, replayed instead of running the step again. `edited`: the result was
-    given to a fork (`fork(..., result=...)`), the step never ran."""
+    """A step's result, replayed instead of running the step again. `call`: the step is a model
+    call and this is its request (see `ModelCall`). `edited`: the result was given to a fork
+    (`fork(..., result=...)`), the step never ran."""
 
     type: Literal["step"]
     stepId: str
     name: str
     result: Any
+    call: NotRequired[ModelCall]
     kind: NotRequired[Literal["sleep", "parallel"]]
     attempts: NotRequired[int]
     durationMs: NotRequired[float]

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from kassette.append import GroupCommit, Queued, read
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
     KNOWN_TYPES,
     Entry,
+    ModelCall,
     check_json,
     check_json_encoded,
     event_name,
@@ -126,8 +127,18 @@ class Step:
             )
         return self.entry["result"]
 
-    def record(self, result: Any, *, attempts: int | None = None) -> Any:
-        """Journal the live call's `result`; return it as replay will see it."""
+    @property
+    def call(self) -> ModelCall | None:
+        """The recorded request of a model call (the entry's `call`), or None: a step that is
+        not replayed, not a model call, or recorded without its request."""
+        call = None if self.entry is None else self.entry.get("call")
+        return cast(ModelCall, call) if isinstance(call, dict) else None
+
+    def record(
+        self, result: Any, *, attempts: int | None = None, call: ModelCall | None = None
+    ) -> Any:
+        """Journal the live call's `result`; return it as replay will see it. `call`: the step
+        is a model call and this is its request, journaled after the result."""
         if self.entry is not None:
             raise InvalidArgumentError(
                 f"step {self.step_id!r} is recorded already", run_id=self.run.run_id
@@ -138,6 +149,7 @@ class Step:
             result,
             kind=self.kind,
             attempts=attempts,
+            call=call,
             duration_ms=(time.perf_counter() - self._started) * 1000,
         )
         return self.entry["result"]
@@ -362,11 +374,14 @@ class Run:
         *,
         kind: StepKind = "step",
         attempts: int | None = None,
+        call: ModelCall | None = None,
         duration_ms: float | None = None,
     ) -> Entry:
         """Journal a live step's result; return its entry (the result as replay will see it)."""
         value, encoded = check_json_encoded(result, f"result of step {step_id!r}")
         fields: dict[str, Any] = {"stepId": step_id, "name": name, "result": value}
+        if call is not None:
+            fields["call"] = _checked_call(call, step_id, self.run_id)
         if kind != "step":
             fields["kind"] = kind
         if attempts is not None and attempts > 1:
@@ -423,6 +438,24 @@ class Run:
         """Return once every entry in `pending` is written (a group commit, see `GroupCommit`)."""
         for queued in pending:
             self._commits.wait(queued)
+
+
+def _checked_call(call: ModelCall, step_id: str, run_id: str) -> ModelCall:
+    """`call` as replay will see it, if it has a `ModelCall`'s shape."""
+    value = check_json(call, f"call of step {step_id!r}")
+    if not (
+        isinstance(value, dict)
+        and isinstance(value.get("provider"), str)
+        and isinstance(value.get("method"), str)
+        and isinstance(value.get("request"), dict)
+    ):
+        raise InvalidArgumentError(
+            f"the call of step {step_id!r} must be {{'provider': str, 'method': str, "
+            f"'request': dict}}, not {call!r}",
+            run_id=run_id,
+            step_id=step_id,
+        )
+    return cast(ModelCall, value)
 
 
 # set by `Run._deferring`: the run whose appends in this thread or task are queued, not written

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, overload
 
 from kassette.clock import Clock
-from kassette.codec import format_timestamp, parse_timestamp, validate_name
+from kassette.codec import ModelCall, format_timestamp, parse_timestamp, validate_name
 from kassette.core import Run, Step, StepIds, run_status
 from kassette.engine import Engine, RunResult
 from kassette.errors import InvalidArgumentError, KassetteError, ReplayMismatchError, Suspended
@@ -195,6 +195,13 @@ def _gather(outcomes: dict[str, tuple[bool, Any]], run_id: str) -> dict[str, Any
 class Context(_ContextBase):
     """The handle a `def` workflow gets: every call blocks until it has its answer."""
 
+    def record_step(
+        self, step: Step, result: Any, *, attempts: int | None = None, call: ModelCall | None = None
+    ) -> Any:
+        """Journal the live `result` of a step from `begin_step`: `step.record`, here so that a
+        `Context` and an `AsyncContext` record the same way (the latter awaits the write)."""
+        return step.record(result, attempts=attempts, call=call)
+
     def step(
         self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None
     ) -> T:
@@ -277,6 +284,14 @@ class AsyncContext(_ContextBase):
         if failure is not None:
             raise failure
         return value
+
+    async def record_step(
+        self, step: Step, result: Any, *, attempts: int | None = None, call: ModelCall | None = None
+    ) -> Any:
+        """Journal the live `result` of a step from `begin_step`, written in the invocation's
+        worker thread so that the event loop never waits on storage: the awaitable
+        `step.record`, what an SDK wrapper calls in an async workflow."""
+        return await self._written(lambda: step.record(result, attempts=attempts, call=call))
 
     async def step(
         self, name: str, fn: Callable[[], T | Awaitable[T]], *, retry: Retry | None = None

@@ -136,13 +136,19 @@ def test_every_storage_call_runs_off_the_event_loop(inner: Storage) -> None:
     assert on_loop == []
 
 
-def test_the_loop_runs_other_tasks_while_an_append_is_in_flight(inner: Storage) -> None:
+@pytest.mark.parametrize("recorder", ["step", "record_step"])
+def test_the_loop_runs_other_tasks_while_an_append_is_in_flight(
+    inner: Storage, recorder: str
+) -> None:
     storage = Gated(inner)
     ticks: list[int] = []
 
     async def body(ctx: Any, _: Any) -> Any:
         storage.armed = True  # the step's append waits at the gate
-        return await ctx.step("write", lambda: "done")
+        if recorder == "step":
+            return await ctx.step("write", lambda: "done")
+        step = ctx.begin_step("write")  # how an SDK wrapper journals its calls
+        return await ctx.record_step(step, "done")
 
     async def ticker() -> None:
         await _until(storage.entered.is_set)

@@ -808,6 +808,47 @@ def test_begin_step_checks_the_journal_and_its_result_needs_a_record() -> None:
             _ = step.result
 
 
+def test_a_step_records_its_model_call_after_its_result_and_forks_copy_it() -> None:
+    storage = MemoryStorage()
+    call = {"provider": "openai", "method": "chat.completions.create", "request": {"n": (1,)}}
+    with open_run(storage, "r1") as run:
+        step = run.begin_step("chat")
+        assert step.call is None
+        step.record({"id": "c-1"}, call=call)  # type: ignore[arg-type]
+        assert step.call == {**call, "request": {"n": [1]}}  # as replay will see it
+        run.record("plain", lambda: 1)
+        with pytest.raises(Suspended):
+            run.wait_for_event("go")
+    line = data_of(storage, "r1").splitlines()[1]
+    assert b'"result":{"id":"c-1"},"call":{"provider":"openai",' in line
+    fork_run(storage, "r1", offset=3, new_run_id="f1")
+    with open_run(storage, "f1") as run:
+        chat, plain = run.begin_step("chat"), run.begin_step("plain")
+        assert chat.result == {"id": "c-1"} and chat.call == step.call
+        assert plain.replayed and plain.call is None
+    copied = read_journal(storage, "f1").steps["chat"]
+    assert copied["call"] == step.call and list(copied)[-3:] == ["result", "call", "durationMs"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"provider": "openai", "method": "chat.completions.create"},
+        {"provider": 1, "method": "m", "request": {}},
+        {"provider": "p", "method": "m", "request": []},
+        {"provider": "p", "method": "m", "request": {"t": float("nan")}},
+        "openai",
+    ],
+)
+def test_a_malformed_call_is_refused_with_nothing_written(call: Any) -> None:
+    storage = MemoryStorage()
+    with open_run(storage, "r1") as run:
+        before = data_of(storage, "r1")
+        with pytest.raises((InvalidArgumentError, NotSerializableError)):  # NaN: not JSON
+            run.begin_step("chat").record({"id": "c-1"}, call=call)
+        assert data_of(storage, "r1") == before
+
+
 def test_cancel_and_fork_take_the_clock() -> None:
     storage, clock = MemoryStorage(), FakeClock(start=1_767_225_600)
     with open_run(storage, "r1", clock=clock) as run:

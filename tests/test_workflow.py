@@ -6,6 +6,7 @@ local storage, with a FakeClock so nothing really waits.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -42,6 +43,7 @@ from kassette import (
     kassette,
 )
 from kassette.core import cancel_run, fork_run, open_run
+from kassette.storage.memory import MemoryStorage
 from kassette.testing import FakeClock
 
 # -- start -----------------------------------------------------------------------------------
@@ -1096,3 +1098,35 @@ def test_html_reprs_are_tables(kind: str, storage: Any, clock: FakeClock) -> Non
     failed = RunResult("x", "failed", error=ErrorInfo("ValueError", "<bad>"))
     shown = failed._repr_html_()
     assert "&lt;bad&gt;" in shown and "<bad>" not in shown
+
+
+def test_record_step_journals_a_begun_step_in_both_kinds_of_workflow() -> None:
+    storage, live = MemoryStorage(), []
+    call = {"provider": "p", "method": "ask", "request": {"q": 1}}
+
+    def body(ctx: Any, task: str) -> Any:
+        step = ctx.begin_step("ask")
+        if step.replayed:
+            return [step.result, step.call]
+        live.append(task)
+        return ctx.record_step(step, {"a": (task,)}, call=call)
+
+    async def async_body(ctx: Any, task: str) -> Any:
+        step = ctx.begin_step("ask")
+        if step.replayed:
+            return [step.result, step.call]
+        live.append(task)
+        return await ctx.record_step(step, {"a": (task,)}, call=call)
+
+    for name, fn in [("sync", body), ("async", async_body)]:
+        flow = kassette(fn, storage=storage)
+        first = (
+            flow.start(name, run_id=name)
+            if name == "sync"
+            else asyncio.run(flow.start(name, run_id=name))
+        )
+        assert first.result == {"a": [name]}  # as replay will see it
+        fork = flow.fork(name, offset=2, new_run_id=f"{name}-f")
+        replayed = fork if name == "sync" else asyncio.run(fork)
+        assert replayed.result == [{"a": [name]}, call]
+    assert live == ["sync", "async"]

@@ -166,12 +166,13 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
-            if self.path not in ("/v1/chat/completions", "/v1/responses"):
+            path = self.path.partition("?")[0]  # a query (`extra_query`) names no other route
+            if path not in ("/v1/chat/completions", "/v1/responses"):
                 self._json(404, {"error": {"message": f"no route {self.path}", "type": "x"}})
                 return
-            number = server.count(self.path, body)
+            number = server.count(path, body)
             text = f"reply {number}: {_last_text(body)}"
-            chat = self.path == "/v1/chat/completions"
+            chat = path == "/v1/chat/completions"
             if not body.get("stream"):
                 payload = _chat_completion(number, text) if chat else _response(number, text)
                 if body.get("model") == "sloppy":  # a provider whose JSON is not quite OpenAI's

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from fake_openai_server import FakeOpenAI
 from openai import AsyncOpenAI, OpenAI, Stream
@@ -35,6 +36,7 @@ from kassette import (
 )
 from kassette.core import read_journal
 from kassette.integrations.openai import journaled
+from kassette.journal import encode
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -368,3 +370,195 @@ def test_without_the_sdk_the_import_error_names_the_extra() -> None:
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     ).stdout.replace("kassette", "")
+
+
+# -- the request, journaled with the response, and checked on replay ---------------------------
+
+
+def test_the_request_is_journaled_as_sent(server: FakeOpenAI, client: OpenAI) -> None:
+    storage = MemoryStorage()
+    with open_run(storage, "q1") as run:
+        llm = journaled(client, run)
+        first = llm.chat.completions.create(model="fake-1", messages=USER, temperature=0.7)
+        llm.chat.completions.create(
+            model="fake-1",
+            messages=iter([*USER, first.choices[0].message, {"role": "user", "content": "more"}]),
+            temperature=0.7,
+            top_p=openai.omit,
+            tools=openai.NOT_GIVEN,
+            extra_headers={"x-trace": "t-1"},
+            extra_query={"trace": "1"},
+            extra_body={"seed": 7},
+            timeout=20,
+        )
+        llm.responses.create(model="fake-1", input="go", stream=True, max_output_tokens=50).close()
+        list(llm.responses.create(model="fake-1", input="go", stream=True, max_output_tokens=50))
+
+    journaled_steps = steps(storage, "q1")
+    assert server.total == 4
+    for step, body in zip(journaled_steps, [*server.bodies[:2], server.bodies[3]], strict=True):
+        assert step["call"]["provider"] == "openai"
+        assert step["call"]["request"] == body, "the request recorded is the body sent"
+        assert list(step)[-3:] == ["result", "call", "durationMs"]
+    assert [s["call"]["method"] for s in journaled_steps] == [
+        "chat.completions.create", "chat.completions.create", "responses.create",
+    ]  # fmt: skip
+    request = journaled_steps[1]["call"]["request"]
+    assert request["seed"] == 7 and "top_p" not in request and "tools" not in request
+    assert not {"extra_headers", "extra_query", "extra_body", "timeout"} & set(request)
+    assert request["messages"][1] == {"role": "assistant", "content": "reply 1: hello"}
+    assert request["messages"][1] == first.choices[0].message.to_dict(mode="json")
+    assert journaled_steps[2]["call"]["request"]["stream"] is True
+    assert journaled_steps[2]["stepId"] == "responses.create#2", "the closed stream left no step"
+    line = storage.read("q1").data.splitlines()[2]
+    assert b'"result":{"id":"chatcmpl-2"' in line and b'},"call":{"provider":"openai"' in line
+
+    with open_run(storage, "q1") as run:  # the same code replays: a generator of messages too
+        llm = journaled(client, run)
+        again = llm.chat.completions.create(model="fake-1", messages=USER, temperature=0.7)
+        assert again.choices[0].message.content == "reply 1: hello"
+    assert server.total == 4
+
+
+def _replay_with(
+    client: OpenAI, recorded: dict[str, Any], replayed: dict[str, Any], *, method: str = "chat"
+) -> tuple[MemoryStorage, ReplayMismatchError]:
+    """Record a call made with `recorded`, then replay the run with `replayed` instead."""
+    storage = MemoryStorage()
+    kwargs = [recorded]
+
+    @kassette(storage=storage)
+    def agent(ctx: Context, task: str) -> None:
+        llm = journaled(client, ctx)
+        create = llm.chat.completions.create if method == "chat" else llm.responses.create
+        answer = create(**kwargs[0])
+        if kwargs[0].get("stream"):
+            list(answer)
+        ctx.suspend("go")
+
+    assert agent.start("t", run_id="m1").status == "suspended"
+    kwargs[0] = replayed
+    with pytest.raises(ReplayMismatchError) as caught:
+        agent.resume("m1", "go")
+    assert read_journal(storage, "m1").status().status == "running"  # resumed, not settled
+    return storage, caught.value
+
+
+LONG = [
+    {"role": "system", "content": "You are a careful editor."},
+    {"role": "user", "content": "Draft a note."},
+    {"role": "assistant", "content": "Here is a draft of the note about the launch."},
+    {"role": "user", "content": "Shorter."},
+]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed", "path", "values"),
+    [
+        (
+            {"model": "fake-1", "messages": USER, "temperature": 0.7},
+            {"model": "fake-1", "messages": USER, "temperature": 1.3},
+            "temperature",
+            "journal 0.7, code 1.3",
+        ),
+        (
+            {"model": "fake-1", "messages": LONG},
+            {"model": "fake-1", "messages": [*LONG[:2], {**LONG[2], "content": "Other."}, LONG[3]]},
+            "messages[2].content",
+            'journal "Here is a draft of the note about the launch.", code "Other."',
+        ),
+        (
+            {"model": "fake-1", "messages": USER},
+            {"model": "fake-1", "messages": USER, "top_p": 0.5},
+            "top_p",
+            "journal (absent), code 0.5",
+        ),
+        (
+            {"model": "fake-1", "messages": USER, "stream": True},
+            {"model": "fake-2", "messages": USER, "stream": True},
+            "model",
+            'journal "fake-1", code "fake-2"',
+        ),
+    ],
+    ids=["temperature", "deep-message", "new-parameter", "stream"],
+)
+def test_a_changed_chat_request_is_a_replay_mismatch(
+    server: FakeOpenAI,
+    client: OpenAI,
+    recorded: dict[str, Any],
+    replayed: dict[str, Any],
+    path: str,
+    values: str,
+) -> None:
+    _, error = _replay_with(client, recorded, replayed)
+    assert server.total == 1, "the mismatch made no request"
+    message = str(error)
+    assert f"at {path}: {values}." in message
+    assert 'workflow.fork("m1", step="chat.completions.create")' in message
+    assert "start a new run" in message
+    assert (error.run_id, error.step_id, error.offset) == ("m1", "chat.completions.create", 1)
+
+
+def test_a_changed_responses_request_is_a_replay_mismatch(
+    server: FakeOpenAI, client: OpenAI
+) -> None:
+    notes = "summarise " + "the launch notes " * 9
+    recorded = {"model": "fake-1", "input": notes + "the launch notes " + "in a table, " * 9}
+    replayed = {"model": "fake-1", "input": notes + "briefly"}
+    _, error = _replay_with(client, recorded, replayed, method="responses")
+    assert server.total == 1
+    # each value shortened to the part around where they start to differ
+    journal = 'journal "…es the launch notes the launch notes in a table, in a table,…"'
+    assert f'at input: {journal}, code "…es the launch notes briefly".' in str(error)
+
+
+def test_the_fork_the_mismatch_suggests_asks_the_new_request(
+    server: FakeOpenAI, client: OpenAI
+) -> None:
+    storage = MemoryStorage()
+    temperature = [0.7]
+
+    @kassette(storage=storage)
+    def agent(ctx: Context, task: str) -> str:
+        llm = journaled(client, ctx)
+        reply = llm.chat.completions.create(
+            model="fake-1", messages=USER, temperature=temperature[0]
+        )
+        ctx.suspend("go")
+        return reply.choices[0].message.content or ""
+
+    assert agent.start("t", run_id="f1").status == "suspended"
+    temperature[0] = 1.3
+    with pytest.raises(ReplayMismatchError, match=r"at temperature: journal 0\.7, code 1\.3"):
+        agent.resume("f1", "go")
+    assert agent.fork("f1", step="chat.completions.create", new_run_id="f2").status == "suspended"
+    assert agent.resume("f2", "go").result == "reply 2: hello"
+    assert steps(storage, "f2")[0]["call"]["request"]["temperature"] == 1.3
+    assert server.total == 2
+
+
+def test_a_journal_without_requests_replays_as_before(
+    server: FakeOpenAI, client: OpenAI, tmp_path: Path
+) -> None:
+    storage = LocalStorage(tmp_path)
+    question = ["hello"]
+
+    @kassette(storage=storage)
+    def agent(ctx: Context, task: str) -> str:
+        llm = journaled(client, ctx)
+        messages = [{"role": "user", "content": question[0]}]
+        reply = llm.chat.completions.create(model="fake-1", messages=messages)
+        stream = llm.chat.completions.create(model="fake-1", messages=messages, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream)
+        ctx.suspend("go")
+        return f"{reply.choices[0].message.content} / {streamed}"
+
+    agent.start("t", run_id="old")
+    path = tmp_path / "old.jsonl"
+    entries = [json.loads(line) for line in path.read_bytes().splitlines()]
+    assert sum("call" in e for e in entries) == 2
+    path.write_bytes(b"".join(encode({k: v for k, v in e.items() if k != "call"}) for e in entries))
+    question[0] = "a changed question"  # unnoticed: nothing recorded to compare with
+    result = agent.resume("old", "go")
+    assert result.result == "reply 1: hello / reply 2: hello"
+    assert server.total == 2

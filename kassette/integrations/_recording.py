@@ -1,0 +1,473 @@
+"""The one engine behind every model-call integration: record a call, replay it, check it.
+
+A model call is a step whose `result` is the provider's response (a stream: `{"stream":
+[chunk, ...]}`) and whose `call` is `{"provider", "method", "request"}`: the request as sent,
+as JSON, without credentials and transport options (`kassette.codec.ModelCall`). Live, the
+request goes to the provider and both are journaled; on replay the response is rebuilt into
+the SDK's own type and no request is made, once the code's request is found equal to the
+recorded one. A different request raises `ReplayMismatchError` naming the first differing
+path (`messages[2].content`, `temperature`): the journal's answer belongs to the old request.
+
+A provider module (`kassette.integrations.openai`, `.anthropic`) says only what differs: its
+SDK's types (`Provider`), which resources of the client are journaled, and its stream classes,
+each the SDK's own `Stream` with a mixin from here. Everything else lives in this module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from typing import Any, Generic, TypeVar
+
+import pydantic
+
+from kassette.core import Run
+from kassette.errors import InvalidArgumentError, ReplayMismatchError
+from kassette.journal import ModelCall, validate_name
+from kassette.workflow import AsyncContext, Context
+
+__all__ = [
+    "AsyncLiveStream",
+    "AsyncReplayedStream",
+    "Call",
+    "Journaled",
+    "LiveStream",
+    "Passthrough",
+    "Provider",
+    "Recorder",
+    "ReplayedStream",
+    "first_difference",
+    "recorder",
+    "request_of",
+]
+
+Chunk = TypeVar("Chunk")
+
+# keyword arguments of an SDK method that shape the HTTP exchange, not what the model is asked
+TRANSPORT = frozenset({"extra_headers", "extra_query", "timeout"})
+# methods that send the same request to the same endpoint and record the same events
+_SAME_ENDPOINT = {"messages.stream": "messages.create"}
+_SHORT = 60  # characters of each value a mismatch message shows
+
+
+@dataclass(frozen=True)
+class Provider:
+    """What one SDK contributes: its name in the journal, the sentinels it uses for an
+    argument not given (`NotGiven`, `Omit`), the types a recorded response or stream chunk is
+    rebuilt into per method, its lenient constructor, and its four stream classes."""
+
+    name: str
+    omitted: tuple[type, ...]
+    types: Mapping[tuple[str, bool], Any]  # (method, stream) -> the SDK type of the JSON
+    construct: Callable[..., Any]  # the SDK's `construct_type(value=, type_=)`
+    streams: tuple[type, type, type, type]  # live, replayed, async live, async replayed
+    _adapters: dict[tuple[str, bool], pydantic.TypeAdapter[Any]] = field(
+        default_factory=dict, compare=False
+    )
+
+    def rebuild(self, method: str, stream: bool, data: Any) -> Any:
+        """A recorded response or chunk as the SDK type it was live."""
+        adapter = self._adapters.get((method, stream))
+        if adapter is None:
+            adapter = self._adapters[method, stream] = pydantic.TypeAdapter(
+                self.types[method, stream]
+            )
+        try:
+            return adapter.validate_python(data)
+        except pydantic.ValidationError:
+            # The SDKs build responses without validating them, so a provider whose JSON is
+            # not quite the reference API's works live; its recording must replay the same way.
+            return self.construct(value=data, type_=self.types[method, stream])
+
+
+def recorder(
+    provider: Provider,
+    ctx: Context | AsyncContext | Run,
+    name: str | None,
+    *,
+    asynchronous: bool,
+) -> Recorder:
+    """The checked arguments of a provider's `journaled(client, ctx, *, name=None)`."""
+    if not isinstance(ctx, Context | AsyncContext | Run):
+        raise InvalidArgumentError(f"journaled() needs the workflow's ctx or a Run, not {ctx!r}")
+    if name is not None:
+        validate_name(name)
+    return Recorder(provider, ctx, name, asynchronous=asynchronous)
+
+
+class Recorder:
+    """Where a wrapped client's calls are journaled: a context or run, and a step name."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        ctx: Context | AsyncContext | Run,
+        name: str | None,
+        *,
+        asynchronous: bool,
+    ) -> None:
+        self.provider = provider
+        self.ctx = ctx
+        self.name = name
+        self.asynchronous = asynchronous
+
+    def call(self, method: str, kwargs: dict[str, Any]) -> Call:
+        return Call(self, method, kwargs)
+
+
+class Call:
+    """One journaled call: its step, its request, and the recorded answer if there is one."""
+
+    def __init__(self, recorder: Recorder, method: str, kwargs: dict[str, Any]) -> None:
+        self.provider = recorder.provider
+        self.ctx = recorder.ctx
+        self.asynchronous = recorder.asynchronous
+        self.method = method
+        # a one-shot iterable (a generator of messages) is read once, for the request and the SDK
+        self.kwargs = {
+            key: list(value) if isinstance(value, Iterator) else value
+            for key, value in kwargs.items()
+        }
+        self.stream = self.kwargs.get("stream") is True
+        self.call: ModelCall = {
+            "provider": self.provider.name,
+            "method": method,
+            "request": request_of(self.kwargs, self.provider.omitted),
+        }
+        self.step = recorder.ctx.begin_step(recorder.name or method)
+
+    def replayed(self) -> Any:
+        """The recorded response, or the SDK's stream of the recorded chunks, as SDK objects;
+        `ReplayMismatchError` when the journal holds another kind of answer or request."""
+        step, result = self.step, self.step.result
+        recorded_stream = isinstance(result, dict) and set(result) == {"stream"}
+        if recorded_stream != self.stream:
+            self._mismatch(
+                f"journal has a {_shape(recorded_stream)} at {step.step_id}, the code asks for "
+                f"a {_shape(self.stream)}"
+            )
+        self._check_request(step.call)
+        if not self.stream:
+            return self.provider.rebuild(self.method, False, result)
+        chunks = [self.provider.rebuild(self.method, True, chunk) for chunk in result["stream"]]
+        replayed = self.provider.streams[3 if self.asynchronous else 1]
+        return replayed(chunks)
+
+    def _check_request(self, recorded: ModelCall | None) -> None:
+        if recorded is None:  # journaled before requests were, or by another writer
+            return
+        where = f"the {self.method} call at step {self.step.step_id}"
+        if recorded.get("provider") != self.provider.name or _endpoint(
+            recorded.get("method")
+        ) != _endpoint(self.method):
+            self._mismatch(
+                f"journal has a {recorded.get('provider')} {recorded.get('method')} call at step "
+                f"{self.step.step_id}, the code makes {self.provider.name} {self.method}"
+            )
+        difference = first_difference(recorded.get("request"), self.call["request"])
+        if difference is not None:
+            path, journal, code = difference
+            self._mismatch(
+                f"{where} asks something else than the journal records, at {path}: journal "
+                f"{_shorten(journal, code)}, code {_shorten(code, journal)}. The recorded answer "
+                "belongs to the old request. To ask the new one, fork the run at this step "
+                f'(workflow.fork("{self.step.run.run_id}", step="{self.step.step_id}")) or '
+                "start a new run"
+            )
+
+    def _mismatch(self, message: str) -> None:
+        step = self.step
+        run_id = step.run.run_id
+        raise ReplayMismatchError(
+            f"run {run_id}: {message}",
+            run_id=run_id,
+            step_id=step.step_id,
+            offset=step.entry["offset"] if step.entry else None,
+        )
+
+    def record(self, result: Any) -> None:
+        self.step.record(result, call=self.call)
+
+    async def record_async(self, result: Any) -> None:
+        """`record`, its append written off the event loop in an async workflow."""
+        if isinstance(self.ctx, AsyncContext):
+            await self.ctx.record_step(self.step, result, call=self.call)
+        else:
+            self.record(result)
+
+    def record_response(self, response: Any) -> Any:
+        self.record(response.to_dict(mode="json"))
+        return response
+
+    async def record_response_async(self, response: Any) -> Any:
+        await self.record_async(response.to_dict(mode="json"))
+        return response
+
+    def record_stream(self, chunks: list[Any]) -> None:
+        self.record(_stream_json(chunks))
+
+    async def record_stream_async(self, chunks: list[Any]) -> None:
+        await self.record_async(_stream_json(chunks))
+
+
+def _stream_json(chunks: list[Any]) -> dict[str, Any]:
+    return {"stream": [chunk.to_dict(mode="json") for chunk in chunks]}
+
+
+def _shape(stream: bool) -> str:
+    return "stream" if stream else "response"
+
+
+def _endpoint(method: object) -> object:
+    return _SAME_ENDPOINT.get(method, method) if isinstance(method, str) else method
+
+
+# -- the request as JSON -------------------------------------------------------------------
+
+
+def request_of(kwargs: Mapping[str, Any], omitted: tuple[type, ...]) -> dict[str, Any]:
+    """The request an SDK method sends for `kwargs`, as JSON: arguments not given (`omitted`
+    sentinels) and transport options left out, `extra_body` merged in as the SDK merges it,
+    pydantic objects (a previous answer's message passed back) as their JSON."""
+    request = {
+        key: _plain(value, omitted)
+        for key, value in kwargs.items()
+        if key not in TRANSPORT and key != "extra_body" and not isinstance(value, omitted)
+    }
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, Mapping):
+        request.update(_plain(extra, omitted))
+    return request
+
+
+def _plain(value: Any, omitted: tuple[type, ...]) -> Any:
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return {
+            str(key): _plain(item, omitted)
+            for key, item in value.items()
+            if not isinstance(item, omitted)
+        }
+    if isinstance(value, pydantic.BaseModel):  # as the SDKs send one
+        return value.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
+        return [_plain(item, omitted) for item in value if not isinstance(item, omitted)]
+    # nothing an SDK sends as JSON: the SDK will refuse it; the request records what it was
+    return str(value)
+
+
+# -- comparing requests ------------------------------------------------------------------------
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_ABSENT: Any = _Absent()
+
+
+def first_difference(recorded: Any, current: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first path at which two JSON values differ, with the value on each side (`_ABSENT`
+    for a key or item one side lacks), or None when they are equal. Keys are visited in the
+    recorded order, then the current one's new keys; `1` and `1.0` are equal, `1` and `true`
+    are not."""
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        for key in [*recorded, *(k for k in current if k not in recorded)]:
+            found = first_difference(
+                recorded.get(key, _ABSENT), current.get(key, _ABSENT), _key_path(path, key)
+            )
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(current, list):
+        for index in range(max(len(recorded), len(current))):
+            found = first_difference(
+                recorded[index] if index < len(recorded) else _ABSENT,
+                current[index] if index < len(current) else _ABSENT,
+                f"{path}[{index}]",
+            )
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, dict | list) or isinstance(current, dict | list):
+        same = False  # a container against a scalar, or an object against an array
+    else:
+        same = isinstance(recorded, bool) is isinstance(current, bool) and recorded == current
+    return None if same else (path or "(the request)", recorded, current)
+
+
+def _key_path(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _shorten(value: Any, other: Any) -> str:
+    """`value` as JSON in at most about `_SHORT` characters; for two strings, the part around
+    where they start to differ, so that the difference shows."""
+    if value is _ABSENT:
+        return "(absent)"
+    if isinstance(value, str) and isinstance(other, str):
+        start = next(
+            (i for i, (a, b) in enumerate(zip(value, other, strict=False)) if a != b),
+            min(len(value), len(other)),
+        )
+        start = max(0, start - _SHORT // 3)
+        text = value[start : start + _SHORT]
+        return json.dumps(
+            ("…" if start else "") + text + ("…" if start + _SHORT < len(value) else ""),
+            ensure_ascii=False,
+        )
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
+
+
+# -- the wrapped client ----------------------------------------------------------------------
+
+
+class Passthrough:
+    """Attributes a wrapper does not journal come from the wrapped SDK object."""
+
+    def __init__(self, wrapped: Any, recorder: Recorder) -> None:
+        self._wrapped = wrapped
+        self._recorder = recorder
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._wrapped, attribute)
+
+
+class Journaled(Passthrough):
+    """A resource whose `create` is journaled as `method`; blocking or awaitable like the
+    client. `call_sync`/`call_async` are the engine for any other journaled method too."""
+
+    def __init__(self, wrapped: Any, recorder: Recorder, method: str) -> None:
+        super().__init__(wrapped, recorder)
+        self._method = method
+
+    def create(self, **kwargs: Any) -> Any:
+        if self._recorder.asynchronous:
+            return self.call_async(self._method, kwargs, self._wrapped.create)
+        return self.call_sync(self._method, kwargs, self._wrapped.create)
+
+    def call_sync(self, method: str, kwargs: dict[str, Any], send: Callable[..., Any]) -> Any:
+        """`send(**kwargs)` journaled as `method`, or its recorded answer."""
+        call = self._recorder.call(method, kwargs)
+        if call.step.replayed:
+            return call.replayed()
+        response = send(**call.kwargs)
+        if call.stream:
+            live: type = self._recorder.provider.streams[0]
+            return live(response, call.record_stream)
+        return call.record_response(response)
+
+    async def call_async(
+        self, method: str, kwargs: dict[str, Any], send: Callable[..., Awaitable[Any]]
+    ) -> Any:
+        """`call_sync` for an async client."""
+        call = self._recorder.call(method, kwargs)
+        if call.step.replayed:
+            return call.replayed()
+        response = await send(**call.kwargs)
+        if call.stream:
+            live: type = self._recorder.provider.streams[2]
+            return live(response, call.record_stream_async)
+        return await call.record_response_async(response)
+
+
+# -- streams: mixins for the SDK's stream classes, live (relaying and recording) or replayed --
+
+
+class LiveStream(Generic[Chunk]):
+    """Relays the SDK's stream chunk by chunk; journals the chunks when it is exhausted. A
+    provider's class puts this first and its SDK's `Stream` second."""
+
+    def __init__(self, stream: Any, finish: Callable[[list[Chunk]], None]) -> None:
+        self._stream = stream
+        self.response = stream.response
+        self._finish = finish
+        self._iterator = self._relay()
+
+    def _relay(self) -> Iterator[Chunk]:
+        chunks = []
+        for chunk in self._stream:
+            chunks.append(chunk)
+            yield chunk
+        self._finish(chunks)
+
+    def __next__(self) -> Chunk:
+        return next(self._iterator)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        yield from self._iterator
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class ReplayedStream(Generic[Chunk]):
+    """The recorded chunks of a stream, as the SDK's stream gave them; no HTTP response."""
+
+    def __init__(self, chunks: list[Chunk]) -> None:
+        self._iterator = iter(chunks)
+
+    def __next__(self) -> Chunk:
+        return next(self._iterator)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        yield from self._iterator
+
+    def close(self) -> None:
+        pass
+
+
+class AsyncLiveStream(Generic[Chunk]):
+    """`LiveStream` for an async client."""
+
+    def __init__(self, stream: Any, finish: Callable[[list[Chunk]], Awaitable[None]]) -> None:
+        self._stream = stream
+        self.response = stream.response
+        self._finish = finish
+        self._iterator = self._relay()
+
+    async def _relay(self) -> AsyncIterator[Chunk]:
+        chunks = []
+        async for chunk in self._stream:
+            chunks.append(chunk)
+            yield chunk
+        await self._finish(chunks)
+
+    async def __anext__(self) -> Chunk:
+        return await self._iterator.__anext__()
+
+    async def __aiter__(self) -> AsyncIterator[Chunk]:
+        async for chunk in self._iterator:
+            yield chunk
+
+    async def close(self) -> None:
+        await self._stream.close()
+
+
+class AsyncReplayedStream(Generic[Chunk]):
+    """`ReplayedStream` for an async client."""
+
+    def __init__(self, chunks: list[Chunk]) -> None:
+        self._chunks = iter(chunks)
+
+    async def __anext__(self) -> Chunk:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def __aiter__(self) -> AsyncIterator[Chunk]:
+        for chunk in self._chunks:
+            yield chunk
+
+    async def close(self) -> None:
+        pass

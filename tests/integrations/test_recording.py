@@ -1,0 +1,73 @@
+"""The request comparison every model-call integration shares (`kassette.integrations._recording`):
+which path a changed request names, and what counts as a change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kassette.integrations._recording import first_difference, request_of
+
+
+class Sentinel:
+    """Stands in for an SDK's `NotGiven`."""
+
+
+@pytest.mark.parametrize(
+    ("recorded", "current", "expected"),
+    [
+        ({"t": 0.7}, {"t": 0.7}, None),
+        ({"t": 1}, {"t": 1.0}, None),  # one JSON number
+        ({"t": 1}, {"t": True}, ("t", 1, True)),
+        ({"t": 0}, {"t": False}, ("t", 0, False)),
+        ({"t": None}, {"t": 0}, ("t", None, 0)),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, None),  # key order is not a difference
+        ({"a": 1, "b": 2}, {"b": 3, "a": 0}, ("a", 1, 0)),  # the recorded order decides
+        ({"m": [1, 2]}, {"m": [1, 2, 3]}, ("m[2]", "(absent)", 3)),
+        ({"m": [{"c": "x"}] * 3}, {"m": [{"c": "x"}] * 2 + [{"c": "y"}]}, ("m[2].c", "x", "y")),
+        ({"m": {"user id": 1}}, {"m": {"user id": 2}}, ('m["user id"]', 1, 2)),
+        ({"m": []}, {"m": {}}, ("m", [], {})),
+        ({"m": "x"}, {"m": ["x"]}, ("m", "x", ["x"])),
+        ({"seed": 1}, {}, ("seed", 1, "(absent)")),
+        ([1], {"a": 1}, ("(the request)", [1], {"a": 1})),
+    ],
+)
+def test_first_difference_names_the_path(recorded: Any, current: Any, expected: Any) -> None:
+    found = first_difference(recorded, current)
+    if expected is None:
+        assert found is None
+        return
+    assert found is not None
+    path, journal, code = found
+    shown = tuple(repr(v) if repr(v) == "(absent)" else v for v in (journal, code))
+    assert (path, *shown) == expected
+
+
+def test_request_of_leaves_out_what_is_not_sent() -> None:
+    def numbers() -> Any:
+        yield 1
+        yield Sentinel()
+        yield 2
+
+    request = request_of(
+        {
+            "model": "m",
+            "top_p": Sentinel(),
+            "metadata": {"user": "u", "skip": Sentinel()},
+            "stop": ("a", "b"),
+            "seq": numbers(),
+            "timeout": 3,
+            "extra_headers": {"x": "1"},
+            "extra_query": {"q": "1"},
+            "extra_body": {"seed": 7, "model": "override"},
+        },
+        (Sentinel,),
+    )
+    assert request == {
+        "model": "override",  # extra_body wins, as the SDKs merge it
+        "metadata": {"user": "u"},
+        "stop": ["a", "b"],
+        "seq": [1, 2],
+        "seed": 7,
+    }
