@@ -25,7 +25,7 @@ from typing import Any
 __all__ = ["Answer", "Prompt", "Tool", "ToolCall", "answer", "count_tokens", "text_of"]
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]*")
 _STOPWORD_TEXT = """
     a about above after again all also am an and any are as at be because been before being
     below between both but by can could did do does doing down during each either explain few
@@ -35,7 +35,8 @@ _STOPWORD_TEXT = """
     there these they this those through to too under until up us use very want was we were what
     when where which while who whom why will with would write you your describe summarize
     summarise answer briefly short one two three check find look get call
-    using run"""
+    using run nothing else first day days today yesterday something anything everything thing
+    things okay thanks hello"""
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _FALLBACK_TOPICS = ("the details", "the question")
 
@@ -211,14 +212,18 @@ def _topics(prompt: Prompt) -> list[str]:
             run = [word] if word else []
         if len(phrases) >= 2:
             break
+    phrases.sort(key=lambda phrase: -phrase.count(" "))  # "nightly export" before "export"
     return phrases if len(phrases) > 1 else [*phrases, *_FALLBACK_TOPICS][:2]
 
 
 def _topic_word(source: str, match: re.Match[str] | None) -> str:
     """A content word as it reads inside a sentence ("" for a stop word or the end)."""
-    if match is None or len(match[0]) < 3 or match[0].lower() in _STOPWORDS:
+    word = "" if match is None else match[0]
+    named = any(c.isdigit() or c.isupper() for c in word[1:])  # S3, iPhone, GPT4
+    if match is None or (len(word) < 3 and not named) or word.lower() in _STOPWORDS:
         return ""
-    word = match[0]
+    if word.endswith("ed") and not word[:1].isupper():
+        return ""  # mostly a verb (stopped, rotated), not what the text is about
     sentence_start = source[: match.start()].rstrip()[-1:] in ("", ".", "?", "!", ":")
     # a capital only starting a sentence is not a name; an acronym or a name keeps its case
     return word.lower() if sentence_start and not word.isupper() else word
@@ -232,6 +237,7 @@ def _text(topics: list[str], base: random.Random, key: tuple[Any, ...], temperat
     own_seeds = [base.getrandbits(64) for _ in range(slots)]
     thresholds = [base.random() for _ in range(slots)]
     sentences: list[str] = []
+    used: set[str] = set()
     for slot in range(slots):
         resampled = thresholds[slot] < (temperature / 2) ** 2
         slot_seed = _digest(json.dumps([*key, slot])) if resampled else own_seeds[slot]
@@ -240,7 +246,11 @@ def _text(topics: list[str], base: random.Random, key: tuple[Any, ...], temperat
         a, b = rng.choice(topics), rng.choice(topics)
         if a == b and len(topics) > 1:
             b = topics[(topics.index(a) + 1) % len(topics)]
-        sentence = rng.choice(bank).format(a=a, b=b, A=a[:1].upper() + a[1:])
+        index = rng.randrange(len(bank))
+        while bank[index] in used and len(used) < len(bank):  # no sentence said twice
+            index = (index + 1) % len(bank)
+        used.add(bank[index])
+        sentence = bank[index].format(a=a, b=b, A=a[:1].upper() + a[1:])
         sentences.append(sentence[:1].upper() + sentence[1:])
     out: list[str] = []
     start = 0
