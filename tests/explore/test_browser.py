@@ -163,12 +163,14 @@ CELLS_DONE = f"""id => {{
   return idle && (failed || cells.every(cell => cell.execution_count !== null));
 }}"""
 
-# A RunTree's legend as {colour: status}, and its drawn nodes as [tooltip, colour].
+# A RunTree's legend as {colour: status}, and its drawn nodes as [status, colour].
 COLOURS = """tree => [
   Object.fromEntries([...tree.querySelectorAll('.kassette-legend span > span')]
     .map(swatch => [getComputedStyle(swatch).backgroundColor, swatch.parentElement.textContent])),
   [...tree.querySelectorAll('.kassette-forest .kassette-node')]
-    .map(node => [node.title, getComputedStyle(node.querySelector('.kx-pill')).backgroundColor]),
+    .map(node => [
+      node.dataset.status, getComputedStyle(node.querySelector('.kx-pill')).backgroundColor,
+    ]),
 ]"""
 
 
@@ -470,8 +472,8 @@ def check_widgets(panel: Locator, shown: int) -> None:
             assert all(colour in legend for _, colour in nodes), (nodes, legend)
             continue
         assert list(legend.values()) == ["completed", "failed", "canceled", "suspended", "running"]
-        for tooltip, colour in nodes:  # "run-id: status", the node's colour as drawn
-            assert legend[colour] == tooltip.rsplit(": ", 1)[1], (tooltip, colour, legend)
+        for status, colour in nodes:  # the node's status, and its colour as drawn
+            assert legend[colour] == status, (status, colour, legend)
 
 
 def node(panel: Locator, run_id: str) -> Locator:

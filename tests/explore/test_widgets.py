@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from ipywidgets.widgets.widget import _instances
 from kassette import AsyncContext, InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
+from kassette.explore.widgets._colors import NO_VALUE_COLOR, SCALE
 from kassette.explore.widgets.tree import PAGE
 from kassette.testing import FakeClock
 
@@ -62,7 +64,7 @@ def test_run_tree_legend_names_the_colour_of_each_status(scenario: Scenario) -> 
 
 
 def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
-    from kassette.explore.widgets._rows import legend
+    from kassette.explore.widgets._colors import legend
 
     assert ("other", "#444") in legend(["completed", "paused"])
     assert "other" not in dict(legend(["completed", "running"]))
@@ -71,16 +73,86 @@ def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
 def test_colour_by_a_numeric_column_or_a_mapping(scenario: Scenario) -> None:
     journals = kx.load(scenario.storage)
     tree = kx.RunTree(journals, color_by="steps")
-    assert tree.legend[0] == ["steps 2", "#3b0f70"] and tree.legend[-2][0] == "steps 5"
-    assert tree.nodes["parallel"].color == "#e8803a"  # 5 steps, the most
-    assert tree.nodes["single"].color == "#3b0f70"
+    low, high = SCALE[0], SCALE[-1]
+    assert tree.legend[0] == ["steps 2\u20132.6", low] and tree.legend[-2][0] == "steps 4.4\u20135"
+    assert tree.nodes["parallel"].color == high  # 5 steps, the most
+    assert tree.nodes["single"].color == low
     tree.recolor({"single": 0.1, "forked": 0.9})
-    assert tree.nodes["forked"].color == "#e8803a" and tree.nodes["single"].color == "#3b0f70"
-    assert tree.nodes["failed"].color == "#444" and tree.legend[-1] == ["no value", "#444"]
+    assert tree.nodes["forked"].color == high and tree.nodes["single"].color == low
+    assert tree.nodes["failed"].color == NO_VALUE_COLOR
+    assert tree.legend[-1] == ["no value", NO_VALUE_COLOR]
     with pytest.raises(InvalidArgumentError, match="not numeric"):
         kx.RunTree(journals, color_by="version")
     with pytest.raises(InvalidArgumentError, match="numeric column"):
         kx.RunTree(journals, color_by="nope")
+
+
+def scored_fan_out() -> tuple[Any, Any]:
+    """A 5-branch fan-out whose scores are 0, 1, 2, 3, 4 (branch i scores i), and its journals."""
+    storage = MemoryStorage()
+
+    @kassette(storage=storage)
+    def writer(ctx: Any, task: str) -> Any:
+        draft = ctx.step("draft", lambda: f"a draft of {task} at {ctx.params.get('t', 0)}")
+        return {"draft": draft, "score": ctx.params.get("t", 0) * 10}
+
+    writer.start("an essay", run_id="essay")
+    params = [{"t": value / 10} for value in range(5)]
+    branches = kx.fan_out(writer, "essay", step="draft", params=params, score=score)
+    return branches, kx.load(storage)
+
+
+def score(result: Any) -> float:
+    return float(result.result["score"])
+
+
+def test_colour_by_a_fan_outs_scores_as_the_docs_show() -> None:
+    branches, journals = scored_fan_out()
+    assert branches.frame["score"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    by_name = kx.RunTree(journals, color_by="score", branches=branches)
+    by_object = kx.RunTree(journals, color_by=branches)
+    for tree in (by_name, by_object):
+        colours = [tree.nodes[run_id].color for run_id in branches.run_ids]
+        assert colours == list(SCALE)  # one bin each, low to high
+        assert tree.nodes["essay"].color == NO_VALUE_COLOR  # the source has no score
+        assert tree.legend[0][0] == "score 0\u20130.8"
+    with pytest.raises(InvalidArgumentError, match="pass branches="):
+        kx.RunTree(journals, color_by="score")  # nothing to take scores from
+    with pytest.raises(InvalidArgumentError, match="not numeric"):
+        kx.RunTree(journals, color_by="params", branches=branches)
+    tree = kx.RunTree(journals, branches=branches)
+    assert tree.nodes["essay"].color == "#2e7d32"  # by status until recoloured
+    tree.recolor("score")  # the tree's branches
+    assert tree.nodes[branches.run_ids[-1]].color == SCALE[-1]
+
+
+def lab(color: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of an sRGB colour `#rrggbb`."""
+    channels = [int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    xyz = (
+        (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+    )
+    fx, fy, fz = (t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def distance(first: str, second: str) -> float:
+    """CIE76 colour difference: about 2.3 is just noticeable, 20 clearly different."""
+    return sum((a - b) ** 2 for a, b in zip(lab(first), lab(second), strict=True)) ** 0.5
+
+
+def test_the_number_palette_is_sequential_with_distinct_bins() -> None:
+    """Each bin is lighter than the one below it by at least 15 L* (the old purples were 10
+    apart and close in hue), evenly, and "no value" is clearly apart from every bin."""
+    lightness = [lab(color)[0] for color in SCALE]
+    steps = [above - below for below, above in itertools.pairwise(lightness)]
+    assert all(step >= 15 for step in steps), steps
+    assert max(steps) - min(steps) < 5  # evenly: perceptually uniform
+    assert all(distance(a, b) >= 20 for a, b in itertools.pairwise(SCALE))
+    assert all(distance(NO_VALUE_COLOR, color) >= 20 for color in SCALE)
 
 
 def test_forks_are_labelled_with_their_params_and_edited_marks(scenario: Scenario) -> None:

@@ -11,33 +11,28 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.errors import InvalidArgumentError
 from kassette.explore.frames import Journals
-from kassette.explore.lineage import STATUS_COLORS, Lineage, RunNode
+from kassette.explore.lineage import Lineage, RunNode
+from kassette.explore.widgets._colors import OTHER_COLOR, status_color
 
 __all__ = [
     "PAGE",
     "TreeNode",
     "entries_of",
     "entry_page",
-    "legend",
-    "node_colors",
     "rows",
     "run_header",
     "status_color",
 ]
 
 PAGE = 100  # entries of the selected run sent at a time
-OTHER_COLOR = "#444"  # a status kassette does not know (a newer journal's)
-# A colour scale for numeric columns (low to high), readable with white text.
-SCALE = ("#3b0f70", "#6b2a8c", "#a13b79", "#d0545e", "#e8803a")
 _PARAMS_WIDTH = 60
 
 
@@ -52,63 +47,6 @@ class TreeNode(NamedTuple):
     parent_run_id: str | None
     edited: bool = False
     params: str = ""
-
-
-def status_color(status: str) -> str:
-    return STATUS_COLORS.get(status, OTHER_COLOR)
-
-
-def node_colors(
-    journals: Journals, lineage: Lineage, color_by: str | Mapping[str, float]
-) -> tuple[dict[str, str], list[tuple[str, str]]]:
-    """Each run's colour and the legend ([label, colour] pairs) for `color_by`.
-
-    `color_by` is "status", the name of a numeric column of `journals.runs`, or a mapping of
-    run id to number (a fan-out's scores, say). Runs without a number are grey.
-    """
-    if isinstance(color_by, str) and color_by == "status":
-        colors = {node.run_id: status_color(node.status) for node in lineage}
-        return colors, legend(node.status for node in lineage)
-    if isinstance(color_by, str):
-        runs = journals.to_arrow("runs")
-        if color_by not in runs.column_names:
-            raise InvalidArgumentError(
-                f"color_by must be 'status', a numeric column of the runs table or a mapping "
-                f"of run id to number, not {color_by!r}"
-            )
-        column = runs.column(color_by)
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-            raise InvalidArgumentError(f"color_by column {color_by!r} is not numeric")
-        values = dict(zip(runs.column("run_id").to_pylist(), column.to_pylist(), strict=True))
-        name = color_by
-    else:
-        values = {run_id: float(value) for run_id, value in color_by.items()}
-        name = "value"
-    numbers = [float(v) for v in values.values() if v is not None and v == v]
-    low, high = (min(numbers), max(numbers)) if numbers else (0.0, 0.0)
-    colors = {}
-    for node in lineage:
-        value = values.get(node.run_id)
-        colors[node.run_id] = (
-            OTHER_COLOR if value is None or value != value else _scale(value, low, high)
-        )
-    steps = len(SCALE) - 1
-    ticks = [low + (high - low) * i / steps for i in range(len(SCALE))] if numbers else []
-    items = [(f"{name} {tick:.3g}", _scale(tick, low, high)) for tick in ticks]
-    return colors, [*items, ("no value", OTHER_COLOR)]
-
-
-def _scale(value: float, low: float, high: float) -> str:
-    share = 0.0 if high <= low else (value - low) / (high - low)
-    return SCALE[min(len(SCALE) - 1, max(0, round(share * (len(SCALE) - 1))))]
-
-
-def legend(statuses: Iterable[str]) -> list[tuple[str, str]]:
-    """A [status, colour] pair per status colour; "other" too for a status kassette lacks."""
-    named = list(STATUS_COLORS.items())
-    if any(status not in STATUS_COLORS for status in statuses):
-        named.append(("other", OTHER_COLOR))
-    return named
 
 
 def rows(

@@ -9,6 +9,7 @@ const OVERSCAN = 8; // rows drawn beyond the visible ones
 const SHORT = 120; // characters of a value shown before "click to expand"
 const INDENT = 14; // px per depth level
 const MAX_INDENT = 30; // levels; deeper chains show their depth as a number
+const DARK_LUMINANCE = 0.0056 + 0.05; // #111's relative luminance, plus WCAG's flare term
 
 // Pretty JSON whose strings keep their real newlines (a model's answer reads as text).
 function pretty(value, indent = "") {
@@ -30,10 +31,46 @@ function pretty(value, indent = "") {
   return JSON.stringify(value);
 }
 
+// JSON text with a line-break opportunity (<wbr>) after each `,` `:` `{` `[` outside strings,
+// so a narrow cell wraps between tokens; the cell's `overflow-wrap: anywhere` cuts inside a token
+// only when one token is wider than the cell. Text that is not JSON wraps as it is.
+function breakable(text) {
+  const parts = [];
+  let from = 0;
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === "\\") i++;
+      else if (c === '"') quoted = false;
+    } else if (c === '"') quoted = true;
+    else if (c === "," || c === ":" || c === "{" || c === "[") {
+      parts.push(text.slice(from, i + 1), h("wbr"));
+      from = i + 1;
+    }
+  }
+  parts.push(text.slice(from));
+  return parts;
+}
+
+// The text colour, near-black or white, that contrasts more with a background colour (WCAG's
+// ratio of relative luminances): dark on the light viridis bins and on orange, white elsewhere.
+function ink(color) {
+  const hex = /^#([0-9a-f]{3}|[0-9a-f]{6})$/i.exec(color || "")?.[1];
+  if (!hex) return "#fff";
+  const full = hex.length === 3 ? [...hex].map((d) => d + d).join("") : hex;
+  const [r, g, b] = [0, 2, 4].map((at) => {
+    const c = parseInt(full.slice(at, at + 2), 16) / 255;
+    return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+  });
+  const light = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  return (light + 0.05) / DARK_LUMINANCE > 1.05 / (light + 0.05) ? "#111" : "#fff";
+}
+
 function valueCell(text) {
   const cell = h("td", { class: "kx-value" });
   if (text.length <= SHORT) {
-    cell.textContent = text;
+    cell.append(...breakable(text));
     return cell;
   }
   let open = false;
@@ -48,7 +85,7 @@ function valueCell(text) {
       }
       cell.append(h("pre", { class: "kx-full" }, shown));
     } else {
-      cell.append(text.slice(0, SHORT), h("span", { class: "kx-more" }, ` … (${text.length} chars)`));
+      cell.append(...breakable(text.slice(0, SHORT)), h("span", { class: "kx-more" }, ` … (${text.length} chars)`));
     }
     cell.title = open ? "click to fold" : "click to expand";
   };
@@ -155,6 +192,8 @@ function render({ model, el }) {
         folds ? (collapsed.has(i) && !matched ? "▸" : "▾") : "",
       );
       const indent = Math.min(depth, MAX_INDENT) * INDENT;
+      // the whole row as a tooltip: a label or params cut with an ellipsis are read there
+      const full = [data.label[i], data.status[i], data.note[i], data.edited[i] ? "✎ edited" : ""];
       const row = h(
         "div",
         {
@@ -164,13 +203,22 @@ function render({ model, el }) {
             (matched && !matched.has(i) ? " kx-context" : ""),
           style: `top:${k * ROW}px`,
           "data-run-id": data.id[i],
-          title: `${data.id[i]}: ${data.status[i]}`,
+          "data-status": data.status[i],
+          title: full.filter(Boolean).join(" · "),
           role: "treeitem",
         },
         indent ? h("span", { class: "kx-indent", style: `width:${indent}px` }) : null,
         toggle,
         depth > MAX_INDENT ? h("span", { class: "kx-depth" }, `↳${depth}`) : null,
-        h("span", { class: "kx-pill", style: `background:${data.color[i]}` }, data.label[i]),
+        h(
+          "span",
+          {
+            class: "kx-pill",
+            // as wide as the row leaves beside the indentation and the toggle, then cut
+            style: `background:${data.color[i]};color:${ink(data.color[i])};max-width:calc(100% - ${indent + INDENT + (depth > MAX_INDENT ? 40 : 0)}px)`,
+          },
+          data.label[i],
+        ),
         data.note[i] ? h("span", { class: "kx-note" }, data.note[i]) : null,
         data.edited[i] ? h("span", { class: "kx-edited", title: "a copied step's result was edited in this fork" }, "✎ edited") : null,
         folds && collapsed.has(i) && !matched ? h("span", { class: "kx-hidden" }, `+${data.end[i] - i - 1}`) : null,
@@ -196,10 +244,16 @@ function render({ model, el }) {
     drawRows(true);
   }
 
+  let shownAt = null; // the run and page drawn: another one starts at the panel's top
   function drawDetails() {
     const run = model.get("details") || {};
     const entries = model.get("entries") || [];
+    const at = `${run.run_id} ${model.get("page") || 0}`;
     details.replaceChildren();
+    if (at !== shownAt) {
+      shownAt = at;
+      details.scrollTop = 0;
+    }
     if (!run.run_id) {
       details.append(h("p", { class: "kx-empty" }, "no run selected"));
       return;
@@ -277,12 +331,15 @@ function render({ model, el }) {
       ...entries.map((e) =>
         h(
           "tr",
-          { class: (e.copied ? "kx-copied" : "") + (e.edited ? " kx-edited-row" : ""), title: e.copied ? "copied from the source run" : "" },
+          {
+            class: (e.copied ? "kx-copied" : "") + (e.edited ? " kx-edited-row" : ""),
+            title: e.edited ? "edited: recorded in this fork with a given result, not run" : e.copied ? "copied from the source run" : "",
+          },
           h("td", {}, e.offset),
           h("td", {}, e.session),
           h("td", { class: "kx-time" }, e.time),
           h("td", {}, e.type),
-          h("td", {}, e.id),
+          h("td", {}, e.id, e.edited ? h("span", { class: "kx-edited" }, "✎ edited") : null),
           valueCell(e.value),
         ),
       ),

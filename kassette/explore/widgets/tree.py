@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import json
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import anywidget
@@ -20,19 +19,13 @@ import pyarrow as pa
 import traitlets
 
 from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore.branches import Branches
 from kassette.explore.frames import Journals
 from kassette.explore.lineage import lineage
 from kassette.explore.widgets._assets import css, esm
 from kassette.explore.widgets._awaiting import settle
-from kassette.explore.widgets._rows import (
-    PAGE,
-    TreeNode,
-    entries_of,
-    entry_page,
-    node_colors,
-    rows,
-    run_header,
-)
+from kassette.explore.widgets._colors import ColorBy, node_colors
+from kassette.explore.widgets._rows import PAGE, TreeNode, entries_of, entry_page, rows, run_header
 from kassette.explore.widgets.live import Watcher
 
 __all__ = ["PAGE", "RunTree", "TreeNode"]
@@ -44,9 +37,11 @@ class RunTree(anywidget.AnyWidget):
     `selected` (a traitlet: observe it, or set it) is the selected run id; `nodes` maps run ids
     to `TreeNode`s (label, colour, depth, source); `legend` is the [label, colour] pairs the
     colours mean; `details` is the selected run's row of the runs table and `entries` the
-    page `page` of its entries. `color_by` is "status", a numeric column of the runs table, or
-    a mapping of run id to number. With `workflow`, a suspended run's details offer a resume
-    form; `live=True` (or `watch()`) re-reads changed journals every `interval` seconds.
+    page `page` of its entries. `color_by` is "status", a numeric column of the runs table, a
+    fan-out's `Branches` (its scores), a numeric column of `branches.frame` when `branches` is
+    given (`color_by="score", branches=b`), or a mapping of run id to number: numbers are drawn
+    in viridis bins. With `workflow`, a suspended run's details offer a resume form;
+    `live=True` (or `watch()`) re-reads changed journals every `interval` seconds.
     """
 
     _esm = esm("tree.js")
@@ -68,7 +63,8 @@ class RunTree(anywidget.AnyWidget):
         journals: Journals,
         *,
         selected: str | None = None,
-        color_by: str | Mapping[str, float] = "status",
+        color_by: ColorBy = "status",
+        branches: Branches | None = None,
         workflow: Any = None,
         live: bool = False,
         interval: float = 1.0,
@@ -77,7 +73,7 @@ class RunTree(anywidget.AnyWidget):
         self.add_class("kassette-run-tree")
         self.workflow = workflow
         self.can_resume = workflow is not None
-        self.color_by = color_by
+        self.color_by, self.branches = color_by, branches
         self.nodes: dict[str, TreeNode] = {}
         self.forest: dict[str, list[Any]] = {}  # the columns the browser draws
         self._entries_table: pa.Table | None = None
@@ -101,9 +97,11 @@ class RunTree(anywidget.AnyWidget):
         self.lineage[run_id]  # raises RunNotFoundError for a run not shown
         self.selected = run_id
 
-    def recolor(self, color_by: str | Mapping[str, float]) -> None:
-        """Colour the nodes by status, a numeric runs column, or a run id -> number mapping."""
-        self.color_by = color_by
+    def recolor(self, color_by: ColorBy, *, branches: Branches | None = None) -> None:
+        """Colour the nodes by status, a numeric column of the runs table (or of
+        `branches.frame`: `branches` defaults to the tree's), a `Branches`' scores, or a run
+        id -> number mapping."""
+        self.color_by, self.branches = color_by, branches or self.branches
         self._show(self.journals, self.selected, strict=False)
 
     def watch(self, interval: float = 1.0) -> None:
@@ -182,7 +180,7 @@ class RunTree(anywidget.AnyWidget):
                     f"run {selected} is not among the {len(forest)} runs{where}", run_id=selected
                 )
             self.journals, self.lineage = journals, forest
-            colors, legend = node_colors(journals, forest, self.color_by)
+            colors, legend = node_colors(journals, forest, self.color_by, self.branches)
             columns, self.nodes = rows(journals, forest, colors)
             keep = selected if selected is not None else self.selected
             if keep not in self.nodes:
