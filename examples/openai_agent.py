@@ -1,14 +1,15 @@
 """Model calls through the OpenAI SDK, recorded and replayed: a crash costs no second request.
 
-    python examples/openai_agent.py                        # a scripted model on 127.0.0.1
+    python examples/openai_agent.py                        # a fake model on 127.0.0.1
     python examples/openai_agent.py --base-url URL --model NAME   # a real provider (OPENAI_API_KEY)
 
 Needs the openai extra: pip install "kassette[openai]". The agent plans with one
 `chat.completions.create` call and streams a draft with a second one; both go through
 `journaled(client, ctx)`, so each is a step. The first worker process is SIGKILLed after the
 draft; a second process re-invokes the run, which replays both calls from the journal (the
-stream chunk by chunk) and makes no request. By default the model is a tiny OpenAI-compatible
-server started here on 127.0.0.1 that counts the requests it gets.
+stream chunk by chunk) and makes no request. By default the model is
+`kassette.testing.fake_model_server()`, a local server on 127.0.0.1 that speaks the OpenAI API
+and counts the requests it gets.
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from openai import OpenAI
 
 from kassette import LocalStorage, kassette
 from kassette.core import read_journal
 from kassette.integrations.openai import journaled
+from kassette.testing import fake_model_server
 
 
 def make_agent(storage, client, model, crash_after_draft=False):
@@ -50,44 +50,6 @@ def make_agent(storage, client, model, crash_after_draft=False):
     return writer
 
 
-class ScriptedModel(ThreadingHTTPServer):
-    """Answers `POST /v1/chat/completions` (JSON, or SSE with "stream": true); counts requests."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests = 0
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, format, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests += 1
-        text = f"(answer {self.server.requests}) " + body["messages"][-1]["content"].upper()
-        base = {"id": f"chat-{self.server.requests}", "created": 0, "model": body["model"]}
-        if not body.get("stream"):
-            message = {"role": "assistant", "content": text}
-            choice = {"index": 0, "message": message, "finish_reason": "stop"}
-            return self.send(json.dumps({**base, "object": "chat.completion", "choices": [choice]}))
-        events = []
-        for word in text.split(" "):
-            choice = {"index": 0, "delta": {"content": word + " "}, "finish_reason": None}
-            chunk = {**base, "object": "chat.completion.chunk", "choices": [choice]}
-            events.append(f"data: {json.dumps(chunk)}\n\n")
-        self.send("".join(events) + "data: [DONE]\n\n", "text/event-stream")
-
-    def send(self, text, content_type="application/json"):
-        data = text.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 def worker(args):
     client = OpenAI(base_url=args.base_url, api_key=os.environ.get("OPENAI_API_KEY", "none"))
     writer = make_agent(LocalStorage(args.dir), client, args.model, args.crash_after_draft)
@@ -97,22 +59,22 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", help="an OpenAI-compatible API (default: a scripted one)")
-    parser.add_argument("--model", default="scripted-1")
+    parser.add_argument("--base-url", help="an OpenAI-compatible API (default: a fake one)")
+    parser.add_argument("--model", default="gpt-4o-mini")
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--crash-after-draft", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dir:
         return worker(args)
-    server = None if args.base_url else ScriptedModel()
-    base_url = args.base_url or f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server = None if args.base_url else fake_model_server()
+    base_url = args.base_url or server.openai_base_url
     with tempfile.TemporaryDirectory(prefix="kassette-openai-") as directory:
         command = [sys.executable, __file__, "--dir", directory, "--base-url", base_url]
         command += ["--model", args.model]
         killed = subprocess.run([*command, "--crash-after-draft"], timeout=300)
         print(f"worker 1: SIGKILLed after the draft (exit {killed.returncode})")
         if server:
-            print(f"          the model answered {server.requests} requests")
+            print(f"          the model answered {server.request_count} requests")
         done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
         outcome = json.loads(done.stdout)
         journal = read_journal(LocalStorage(directory), "note-1")
@@ -121,12 +83,11 @@ def main():
         ]
         print(f"worker 2: {outcome['status']}; journaled: {', '.join(steps)}")
         if server:
-            print(f"          the model answered {server.requests} requests in all")
-        print(f"plan:  {outcome['result']['plan']}")
-        print(f"draft: {outcome['result']['draft'].strip()}")
+            print(f"          the model answered {server.request_count} requests in all")
+        for name in ("plan", "draft"):  # the first paragraph of each
+            print(f"{name + ':':6} {outcome['result'][name].strip().split(chr(10))[0]}")
     if server:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 if __name__ == "__main__":
