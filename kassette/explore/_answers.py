@@ -1,10 +1,11 @@
 """Answers: how a comparison shows a model call, as the text a person reads.
 
-A model-call step (see `kassette.model_calls`) is shown as its response text, then its tool
-calls, one line each; above it, the request parameters that differ from the baseline's
-(`temperature 0.7 → 1.3`). Two answers are the same when their text and tool calls are:
-response ids, `created`, `system_fingerprint`, usage and timings never make them differ. Two
-texts are diffed word by word, with long unchanged runs shortened to a few words each side.
+A model-call step (read by `kassette.model_calls`) is shown as its response text, then a line
+per tool call; above it, the request parameters that differ from the baseline's
+(`temperature 0.7 → 1.3`). Two answers are the same when their responses are, but for the
+fields that differ between two calls that gave the same answer (`VOLATILE_FIELDS`: response
+ids, `created`, `system_fingerprint`, usage, timings). Two texts are diffed word by word, with
+long unchanged runs shortened to a few words each side.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+from kassette.model_calls import ModelCall, read_model_result
 
 __all__ = ["ELIDED", "Answer", "answer_of", "request_changes", "word_diff"]
 
@@ -31,10 +35,27 @@ class Answer(NamedTuple):
     request: dict[str, Any] | None
 
 
-def answer_of(entry: dict[str, Any]) -> Answer | None:
-    """The answer of a step entry's fields (`result`, `call`, ...), None if it is not a
-    model call. (Model calls are not read yet: every step shows its result.)"""
-    return None
+def answer_of(entry: Mapping[str, Any]) -> Answer | None:
+    """The answer of a step entry's fields (`result`, `call`, `kind`, ...), None if it is
+    not a model call."""
+    if entry.get("kind", "step") != "step":
+        return None  # a sleep's or a parallel block's record
+    call = read_model_result(entry.get("result"), entry.get("call"))
+    if call is None:
+        return None
+    key = json.dumps(call.comparable(), sort_keys=True, ensure_ascii=False)
+    return Answer(_text(call), key, call.request)
+
+
+def _text(call: ModelCall) -> str:
+    """The response text, then `tool call: name({...})` per tool call."""
+    lines = [call.text] if call.text else []
+    for tool in call.tool_calls:
+        arguments = tool.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        lines.append(f"tool call: {tool.get('name')}({arguments})")
+    return "\n".join(lines)
 
 
 def request_changes(baseline: dict[str, Any] | None, request: dict[str, Any] | None) -> list[str]:

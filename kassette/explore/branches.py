@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -254,13 +254,15 @@ class Branches:
 
         return load(self._storage(), run_ids=self.run_ids)
 
-    def compare(self) -> pd.DataFrame:
-        """`kx.compare` of the source and every branch, step by step."""
+    def compare(self, *, values: Literal["text", "json", "python"] = "text") -> pd.DataFrame:
+        """`kx.compare` of the source and every branch, step by step: a model call shows its
+        answer and the request parameters that differ from the source's (`values="json"`:
+        the raw response)."""
         from kassette.explore.compare import compare
         from kassette.explore.frames import load
 
         run_ids = [self.source, *self.run_ids]
-        return compare(load(self._storage(), run_ids=run_ids), run_ids)
+        return compare(load(self._storage(), run_ids=run_ids), run_ids, values=values)
 
     def __len__(self) -> int:
         return len(self._branches)

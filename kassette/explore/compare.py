@@ -6,7 +6,8 @@ branches diverge. Steps are ordered by the offset where they first appear in any
 
 Whether two results are the same is decided on their *comparable* form: a step's result as
 recorded, except that a model call compares by its answer (see `kassette.explore._answers`),
-so a response id or a token count never makes two branches differ.
+so a response id or a token count never makes two branches differ, neither at the first
+divergence nor in the grouping.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 
 from kassette.codec import to_json
 from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore._answers import Answer, answer_of, request_changes
 from kassette.explore._read import unique_run_ids
 from kassette.explore.frames import Journals
 
@@ -43,8 +45,10 @@ def compare(
     `frame.attrs["first_divergence"]` (None when the runs agree on every step).
 
     `values` says how a result is shown: `"text"` (the default) as JSON text, except a model
-    call, which shows its answer (see `docs/explore.md`); `"json"` every result as the JSON
-    text recorded; `"python"` as the decoded value."""
+    call: its response text and tool calls, after a line per request parameter that differs
+    from the first run's (`temperature 0.7 → 1.3`); `"json"` every result as the JSON text
+    recorded; `"python"` as the decoded value. Whatever `values`, a model call's response
+    id, timestamps, usage and timings never count as a divergence."""
     if values not in VALUES:
         raise InvalidArgumentError(f"values must be one of {', '.join(VALUES)}, not {values!r}")
     comparison = compared(journals, run_ids)
@@ -69,24 +73,36 @@ _MISSING = None  # the key of a step the run does not have (a step's own key is 
 class Comparison:
     """Runs aligned by step id: `run_ids` (no repeats), `steps` (ids in order of first
     offset), each run's step `entries` by step id (the entry's fields after the envelope:
-    `result`, `call`, ...), their `results`, and each result's comparable `keys` (equal
-    keys: the same result)."""
+    `result`, `call`, ...), their `results`, the `answers` of those that are model calls,
+    and each result's comparable `keys` (equal keys: the same result)."""
 
     run_ids: list[str]
     steps: list[str]
     entries: dict[str, dict[str, dict[str, Any]]]
     results: dict[str, dict[str, Any]] = field(init=False)
+    answers: dict[str, dict[str, Answer]] = field(init=False)
     keys: dict[str, dict[str, str]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.results = {
-            run_id: {step: entry.get("result") for step, entry in steps.items()}
-            for run_id, steps in self.entries.items()
-        }
-        self.keys = {
-            run_id: {step: _key(entry) for step, entry in steps.items()}
-            for run_id, steps in self.entries.items()
-        }
+        self.results, self.answers, self.keys = {}, {}, {}
+        for run_id, steps in self.entries.items():
+            self.results[run_id] = {step: entry.get("result") for step, entry in steps.items()}
+            read = {step: answer_of(entry) for step, entry in steps.items()}
+            self.answers[run_id] = {step: answer for step, answer in read.items() if answer}
+            self.keys[run_id] = {
+                step: answer.key if answer else _key(self.results[run_id][step])
+                for step, answer in read.items()
+            }
+
+    def answer(self, run_id: str, step_id: str) -> Answer | None:
+        return self.answers[run_id].get(step_id)
+
+    def request_changes(self, baseline: str, run_id: str, step_id: str) -> list[str]:
+        """The request parameters of a model call that differ from the baseline run's."""
+        base, answer = self.answer(baseline, step_id), self.answer(run_id, step_id)
+        if base is None or answer is None or run_id == baseline:
+            return []
+        return request_changes(base.request, answer.request)
 
     def key(self, run_id: str, step_id: str) -> str | None:
         return self.keys[run_id].get(step_id, _MISSING)
@@ -117,7 +133,10 @@ class Comparison:
         value = results[step_id]
         if values == "python":
             return value
-        return to_json(value)
+        answer = self.answer(run_id, step_id)
+        if answer is None or values == "json":
+            return to_json(value)
+        return "\n".join([*self.request_changes(self.run_ids[0], run_id, step_id), answer.text])
 
 
 def compared(journals: Journals, run_ids: Iterable[str]) -> Comparison:
@@ -149,6 +168,6 @@ def compared(journals: Journals, run_ids: Iterable[str]) -> Comparison:
     return Comparison(wanted, order, found)
 
 
-def _key(entry: dict[str, Any]) -> str:
-    """A step's comparable form as text: equal text, the same result."""
-    return json.dumps(entry.get("result"), sort_keys=True, ensure_ascii=False)
+def _key(result: Any) -> str:
+    """A result's comparable form as text: equal text, the same result."""
+    return json.dumps(result, sort_keys=True, ensure_ascii=False)

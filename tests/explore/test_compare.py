@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from typing import Any
 
 import pandas as pd
@@ -12,6 +14,7 @@ from ipywidgets.widgets.widget import _instances
 from kassette import InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
 from kassette.core import fork_run
+from kassette.journal import encode, format_timestamp
 from kassette.testing import FakeClock
 
 
@@ -198,3 +201,184 @@ def test_many_branches_are_transposed_and_grouping_counts_distinct_branches() ->
     distinct = kx.CompareView(journals, runs[:7])
     assert distinct.groups == [[run] for run in runs[:7]]  # "all 7 distinct"
     assert kx.CompareView(journals, runs, transposed=False).transposed is False
+
+
+# -- model calls: compared by their answers --------------------------------------------------
+
+PROMPT = [{"role": "user", "content": "Summarise the incident for the status page."}]
+FIRST = "The export failed because the credentials were rotated on Tuesday. It is fixed now."
+MODEL_STEP = "chat.completions.create"
+
+
+def completion(number: int, text: str, **message: Any) -> dict[str, Any]:
+    """A chat completion with its own id, timestamps, fingerprint and usage."""
+    return {
+        "id": f"chatcmpl-{number:04d}",
+        "object": "chat.completion",
+        "created": 1767000000 + number,
+        "model": "gpt-4o-mini-2024-07-18",
+        "system_fingerprint": f"fp_{number:06x}",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls" if message else "stop",
+                "message": {"role": "assistant", "content": text, **message},
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": number, "total_tokens": 20 + number},
+    }
+
+
+def model_runs(branches: dict[str, tuple[float, Any, str]]) -> kx.Journals:
+    """A run per item, `run id: (temperature, model result, what publish returned)`, each
+    planning, calling the model through the OpenAI integration's entry format, publishing."""
+    storage = MemoryStorage()
+    for number, (run_id, (temperature, result, published)) in enumerate(branches.items()):
+        request = {"model": "gpt-4o-mini", "messages": PROMPT, "temperature": temperature}
+        call = {"provider": "openai", "method": MODEL_STEP, "request": request}
+        if result.get("type") == "message":
+            call.update(provider="anthropic", method="messages.create")
+        entries: list[dict[str, Any]] = [
+            {"type": "start", "metadata": {"ticket": 7}},
+            {"type": "step", "stepId": "plan", "name": "plan", "result": "answer the ticket"},
+            {"type": "step", "stepId": MODEL_STEP, "name": MODEL_STEP, "result": result}
+            | {"call": call, "durationMs": 700.0 + number},
+            {"type": "step", "stepId": "publish", "name": "publish", "result": published},
+            {"type": "complete", "result": None},
+        ]
+        data = b"".join(
+            encode({**entry, "session": 1, "offset": offset, "timestamp": format_timestamp(1e9)})
+            for offset, entry in enumerate(entries)
+        )
+        storage.append(run_id, data, token=None)
+    return kx.load(storage)
+
+
+def test_the_same_answer_with_other_ids_is_one_group_and_diverges_later() -> None:
+    journals = model_runs(
+        {
+            "a": (0.7, completion(1, FIRST), "posted"),
+            "b": (0.7, completion(2, FIRST), "posted"),
+            "c": (0.7, completion(3, FIRST), "held for review"),
+        }
+    )
+    frame = kx.compare(journals, ["a", "b", "c"])
+    assert frame.attrs["first_divergence"] == "publish"  # past the model call
+    assert frame.loc[MODEL_STEP].tolist()[:3] == [FIRST, FIRST, FIRST]
+    view = kx.CompareView(journals, ["a", "b", "c"])
+    assert view.first_divergence == "publish"
+    assert view.differs["b"] == [False, False, False]
+    assert view.groups == [["a", "b"], ["c"]]  # ids, created, usage, durations: all ignored
+    assert view.answers == [False, True, False]
+    assert view.cells["a"][1] == FIRST
+    assert kx.compare(journals, ["a", "b"]).attrs["first_divergence"] is None
+
+
+def test_a_temperature_sweep_reads_its_change_above_the_answer() -> None:
+    hotter = "The export failed because a lifecycle rule moved the files. It is fixed now."
+    journals = model_runs(
+        {"cool": (0.7, completion(1, FIRST), "posted"), "hot": (1.3, completion(2, hotter), "x")}
+    )
+    frame = kx.compare(journals, ["cool", "hot"])
+    assert frame.loc[MODEL_STEP, "cool"] == FIRST
+    assert frame.loc[MODEL_STEP, "hot"] == f"temperature 0.7 → 1.3\n{hotter}"
+    assert frame.attrs["first_divergence"] == MODEL_STEP
+    view = kx.CompareView(journals, ["cool", "hot"])
+    assert view.notes["hot"] == [[], ["temperature 0.7 → 1.3"], []]
+    assert view.notes["cool"] == [[], [], []]  # the baseline
+    view.baseline = "hot"
+    assert view.notes["cool"][1] == ["temperature 1.3 → 0.7"]
+
+
+def test_two_answers_are_diffed_word_by_word_with_unchanged_runs_shortened() -> None:
+    words = " ".join(["We rolled the wrapper back and the queue drained."] * 3)
+    before, after = (
+        f"The retry wrapper failed. {words} Sorry.",
+        f"The wrapper failed. {words} Sorry!",
+    )
+    journals = model_runs(
+        {"a": (0.7, completion(1, before), "ok"), "b": (0.9, completion(2, after), "ok")}
+    )
+    view = kx.CompareView(journals, ["a", "b"])
+    diff = view.diffs["b"][1]
+    assert ["-", "retry "] in diff and ["-", "Sorry."] in diff and ["+", "Sorry!"] in diff
+    assert diff[3] == ["…", "21 words"]  # 2 + 27 unchanged words, 4 kept each side
+    assert view.diffs["b"][0] == []  # plan: alike
+    assert all(isinstance(line, str) for line in view.diffs["b"][2])  # not an answer: lines
+
+
+def test_values_json_shows_the_raw_response() -> None:
+    raw = completion(1, FIRST)
+    journals = model_runs({"a": (0.7, raw, "ok"), "b": (0.7, completion(2, FIRST), "ok")})
+    frame = kx.compare(journals, ["a", "b"], values="json")
+    assert json.loads(frame.loc[MODEL_STEP, "a"]) == raw
+    assert frame.loc["plan", "a"] == '"answer the ticket"'  # other steps: as in "text"
+    assert frame.attrs["first_divergence"] is None  # the same answer, whatever is shown
+    assert kx.compare(journals, ["a"], values="python").loc[MODEL_STEP, "a"] == raw
+    view = kx.CompareView(journals, ["a", "b"], values="json")
+    assert '"id": "chatcmpl-0001"' in view.cells["a"][1]
+    assert view.differs["b"] == [False, False, False]
+    view.values = "text"  # the toggle in the view
+    assert view.cells["a"][1] == FIRST
+    view.values = "yaml"  # a stale choice from the browser
+    assert view.values == "text"
+    with pytest.raises(InvalidArgumentError, match="values must be"):
+        kx.CompareView(journals, ["a"], values="yaml")  # type: ignore[arg-type]
+
+
+def test_tool_calls_show_after_the_text() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "search"}}
+    call["function"]["arguments"] = '{"q": "export"}'  # type: ignore[index]
+    used = completion(1, "Let me look.", tool_calls=[call])
+    journals = model_runs({"a": (0.7, used, "ok")})
+    assert kx.CompareView(journals, ["a"]).cells["a"][1] == (
+        'Let me look.\ntool call: search({"q": "export"})'
+    )
+
+
+def test_an_anthropic_message_shows_its_text_blocks() -> None:
+    message = {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": FIRST}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 20, "output_tokens": 17},
+    }
+    other = {**message, "id": "msg_02", "usage": {"input_tokens": 20, "output_tokens": 18}}
+    journals = model_runs({"a": (0.7, message, "ok"), "b": (0.7, other, "ok")})
+    view = kx.CompareView(journals, ["a", "b"])
+    assert view.cells["b"][1] == FIRST and view.first_divergence is None
+
+
+def test_a_fan_out_of_a_model_call_compares_its_answers() -> None:
+    """ForkExplorer's CompareView and Branches.compare() show a fan-out's answers, and group
+    the branches that answered alike, whatever their response ids."""
+    storage, numbers = MemoryStorage(), itertools.count(1)
+
+    def draft(run_id: str) -> dict[str, Any]:
+        text = "Another answer." if run_id.endswith(".1") else FIRST
+        return completion(next(numbers), text)
+
+    @kassette(storage=storage, clock=FakeClock())
+    def agent(ctx: Any, ticket: int) -> str:
+        ctx.step("plan", lambda: "answer the ticket")
+        reply = ctx.step("draft", lambda: draft(ctx.run_id))
+        return str(reply["choices"][0]["message"]["content"])
+
+    agent.start(7, run_id="root")
+    explorer = kx.ForkExplorer(agent, "root")
+    explorer.step.value = "draft"
+    explorer.fan_out_count.value = 3
+    branches = explorer.fan_out()
+    view, (zero, one, two) = explorer.comparison, branches.run_ids
+    assert view.runs == ["root", zero, one, two]
+    assert view.groups == [["root", zero, two], [one]]
+    assert view.cells[one][1] == "Another answer."
+    assert view.hide_equal is True and view.alike == [True, False]
+    frame = branches.compare()
+    assert frame.loc["draft"].tolist()[:4] == [FIRST, FIRST, "Another answer.", FIRST]
+    assert frame.attrs["first_divergence"] == "draft"
+    raw = branches.compare(values="json").loc["draft", "root"]
+    assert json.loads(raw)["object"] == "chat.completion"

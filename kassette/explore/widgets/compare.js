@@ -3,8 +3,8 @@
 // highlighted; values or diffs vs the baseline; steps alike in every branch folded to a line.
 // `h` (build an element) is dom.js's, prepended to this module in Python.
 
-const STEP_WIDTH = 88; // px: the step column (columns layout)
-const COLUMN_WIDTH = 104; // px: a branch's narrowest column: 10 branches and the steps in 1,128 px
+const STEP_WIDTH = 84; // px: the step column (columns layout)
+const COLUMN_WIDTH = 96; // px: a branch's narrowest column: 10 branches and the steps in 1,044 px
 const BRANCH_WIDTH = 168; // px: the branch column (rows layout)
 const STEP_COLUMN_WIDTH = 300; // px: a step's narrowest column (rows layout)
 

@@ -21,7 +21,7 @@ import anywidget
 import traitlets
 
 from kassette.errors import InvalidArgumentError
-from kassette.explore._answers import Answer, answer_of, request_changes, word_diff
+from kassette.explore._answers import word_diff
 from kassette.explore.compare import Comparison, compared
 from kassette.explore.frames import Journals
 from kassette.explore.widgets._assets import css, esm
@@ -107,10 +107,6 @@ class CompareView(anywidget.AnyWidget):
         if baseline is not None and baseline not in wanted:
             raise InvalidArgumentError(f"baseline {baseline} is not one of the runs compared")
         self._comparison = comparison
-        self._answers = {
-            run_id: {step: answer_of(entry) for step, entry in steps.items()}
-            for run_id, steps in comparison.entries.items()
-        }
         with self.hold_sync():
             self._updating = True  # the observers wait for the whole change
             if "hide_equal" not in self._chosen:
@@ -120,7 +116,7 @@ class CompareView(anywidget.AnyWidget):
             self.runs, self.steps = wanted, comparison.steps
             self.alike = [comparison.alike(step) for step in comparison.steps]
             self.answers = [
-                any(self._answers[run_id].get(step) for run_id in wanted)
+                any(comparison.answer(run_id, step) for run_id in wanted)
                 for step in comparison.steps
             ]
             self.first_divergence = comparison.first_divergence
@@ -170,7 +166,7 @@ class CompareView(anywidget.AnyWidget):
         results = self._comparison.results[run_id]
         if step_id not in results:
             return _MISSING
-        answer = self._answers[run_id].get(step_id)
+        answer = self._comparison.answer(run_id, step_id)
         if answer is not None and self.values == "text":
             return answer.text
         value = results[step_id]
@@ -188,10 +184,7 @@ class CompareView(anywidget.AnyWidget):
         diffs: dict[str, list[list[Any]]] = {}
         notes: dict[str, list[list[str]]] = {}
         for run_id in self.runs:
-            answers = self._answers[run_id]
-            notes[run_id] = [
-                _request_changes(self._answers[base].get(step), answers.get(step)) for step in steps
-            ]
+            notes[run_id] = [comparison.request_changes(base, run_id, step) for step in steps]
             if run_id == base:
                 continue
             diffs[run_id] = [
@@ -208,12 +201,6 @@ def _checked(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise InvalidArgumentError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     return value
-
-
-def _request_changes(baseline: Answer | None, answer: Answer | None) -> list[str]:
-    if baseline is None or answer is None:
-        return []
-    return request_changes(baseline.request, answer.request)
 
 
 def _pretty(value: Any, indent: str = "") -> str:
