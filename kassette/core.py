@@ -53,6 +53,7 @@ __all__ = [
     "Step",
     "StepIds",
     "cancel_run",
+    "checking_before_steps",
     "fork_run",
     "open_fork",
     "open_run",
@@ -187,6 +188,7 @@ class Run:
         self._commits = GroupCommit(storage, journal, self.session, token, clock)
         self._recorded = list(journal.steps)  # step ids, in the order they were journaled
         self._replayed: set[str] = set()
+        self.before_step = _BEFORE_STEP.get()  # see `checking_before_steps`
 
     def __enter__(self) -> Run:
         return self
@@ -235,7 +237,10 @@ class Run:
 
         The one way a step is recorded: `record`, and the workflow's `step`, `sleep` (kind
         "sleep") and `parallel` (kind "parallel") all begin here and end in `Step.record`.
+        First it calls the run's `before_step` check, if any (`checking_before_steps`).
         """
+        if self.before_step is not None:
+            self.before_step()
         step_id = (ids or self.ids).next(name)
         return Step(self, step_id, name, self._replayed_step(step_id, name, kind), kind)
 
@@ -456,6 +461,29 @@ def _checked_call(call: ModelCall, step_id: str, run_id: str) -> ModelCall:
             step_id=step_id,
         )
     return cast(ModelCall, value)
+
+
+# set by `checking_before_steps`: what runs opened in this thread or task call before a step
+_BEFORE_STEP: ContextVar[Callable[[], None] | None] = ContextVar(
+    "kassette_before_step", default=None
+)
+
+
+@contextmanager
+def checking_before_steps(check: Callable[[], None]) -> Iterator[None]:
+    """Runs opened inside this block (by this thread or task) call `check()` before each of
+    their steps begins, in every thread and task of the invocation.
+
+    `check` stops the invocation at that step boundary by raising a `BaseException` that is
+    not an `Exception` (as `Suspended` is): the workflow engine re-raises it and journals
+    nothing, so the run stays open (not failed, not canceled) and a later invocation replays
+    it and continues. `kx.fan_out` stops its branches this way on Ctrl-C or at its budget.
+    """
+    reset = _BEFORE_STEP.set(check)
+    try:
+        yield
+    finally:
+        _BEFORE_STEP.reset(reset)
 
 
 # set by `Run._deferring`: the run whose appends in this thread or task are queued, not written

@@ -12,6 +12,7 @@ event loop never waits on a write.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, overload
@@ -409,7 +410,8 @@ class AsyncWorkflow(Engine[I, R]):
 
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kassette-io")
         try:
-            run = await _off_loop(io, open_session, *args)
+            # in this task's context, where `checking_before_steps` may have set a check
+            run = await _off_loop(io, contextvars.copy_context().run, open_session, *args)
             try:
                 try:
                     value = await self.fn(AsyncContext(run, run.ids, io), run.metadata)

@@ -28,7 +28,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a bare environment
     raise ImportError(f"{_HINT} ({exc})") from exc
 
-from kassette.explore.branches import Branches, fan_out  # noqa: E402
+from kassette.explore.branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
 from kassette.explore.compare import compare  # noqa: E402
 from kassette.explore.export import export  # noqa: E402
 from kassette.explore.frames import (  # noqa: E402
@@ -50,6 +50,7 @@ __all__ = [
     "RUN_SCHEMA",
     "Branches",
     "CompareView",
+    "FanOutInterrupted",
     "ForkExplorer",
     "Journals",
     "Lineage",

@@ -10,7 +10,7 @@ does not exist yet is forked. A fan-out is as durable as a run.
 Branches run on threads (a `def` workflow) or as tasks on one event loop (an `async def` one,
 also where a notebook's loop is already running), or on any `concurrent.futures.Executor`:
 a `ProcessPoolExecutor`, or Dask's `distributed.Client.get_executor()` across machines, with
-journals on storage every worker reaches (`s3://`, a shared filesystem). Only `_Branch`es and
+journals on storage every worker reaches (`s3://`, a shared filesystem). Only `Branch`es and
 `RunResult`s cross the executor's boundary; scores are computed here, so `score` may be any
 callable.
 """
@@ -20,154 +20,65 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from kassette.codec import check_json
-from kassette.core import read_journal, run_status
-from kassette.engine import ResultStatus, RunResult
-from kassette.errors import (
-    InvalidArgumentError,
-    MetadataMismatchError,
-    RunExistsError,
-    RunNotFoundError,
+from kassette.core import read_journal
+from kassette.engine import RunResult
+from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
+from kassette.explore._progress import Budget, Watch, display_for
+from kassette.explore._running import (
+    AnyWorkflow,
+    Board,
+    Branch,
+    Halted,
+    Outcome,
+    Raised,
+    Resume,
+    Stop,
+    resume_all,
+    run_all,
 )
 from kassette.fork import plan_fork
-from kassette.state import ErrorInfo, RunStatus
 from kassette.workflow import AsyncWorkflow, Workflow
 
 if TYPE_CHECKING:
     from kassette.explore.frames import Journals
 
-__all__ = ["Branches", "fan_out"]
+__all__ = ["Branches", "FanOutInterrupted", "fan_out"]
 
-AnyWorkflow = Workflow[Any, Any] | AsyncWorkflow[Any, Any]
 RAISED = "raised"  # a branch whose invocation raised: nothing journaled, a re-call retries it
-FRAME_COLUMNS = ["run_id", "params", "status", "result", "error", "score", "unreplayed"]
+STOPPED = "stopped"  # a branch the fan-out stopped (or never started): open, a re-call continues
+FRAME_COLUMNS = [
+    "run_id",
+    "params",
+    "status",
+    "result",
+    "error",
+    "score",
+    "unreplayed",
+    "stopped_by",
+]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_REPORTED: dict[str, ResultStatus] = {
-    "completed": "success",
-    "failed": "failed",
-    "canceled": "canceled",
-}
 
 
-@dataclass(frozen=True)
-class _Branch:
-    """One branch, as sent to an executor: what to fork, where to, and how it differs."""
+class FanOutInterrupted(KeyboardInterrupt):
+    """A `KeyboardInterrupt` (Ctrl-C, a kernel interrupt) that stopped a `fan_out`.
 
-    workflow: AnyWorkflow
-    source: str
-    offset: int
-    run_id: str
-    params: dict[str, Any] | None = None
-    edit: tuple[Any] | None = None  # (result,): the edited result at the fork point
+    `branches` holds what the fan-out reached: the branches that ended, and those it stopped
+    (status "stopped", `stopped_by` "interrupt"), whose runs stay open. The same `fan_out`
+    call continues them, replaying what they journaled. It is a `KeyboardInterrupt`, so code
+    that does not look for it stops as an interrupt would stop it.
+    """
 
-    def fork_arguments(self) -> dict[str, Any]:
-        arguments: dict[str, Any] = {"offset": self.offset, "new_run_id": self.run_id}
-        if self.params is not None:
-            arguments["params"] = self.params
-        if self.edit is not None:
-            arguments["result"] = self.edit[0]
-        return arguments
-
-
-@dataclass(frozen=True)
-class _Raised:
-    """A branch whose invocation raised (a `KassetteError`, or anything else)."""
-
-    run_id: str
-    error: ErrorInfo
-
-
-Outcome = RunResult | _Raised
-
-
-def _reported(run_id: str, status: RunStatus) -> RunResult | None:
-    """The outcome of a branch that needs no new session: it ended, or waits for events."""
-    if status.status in _REPORTED:
-        return RunResult(run_id, _REPORTED[status.status], result=status.result, error=status.error)
-    if status.status == "suspended":
-        return RunResult(run_id, "suspended", events=status.pending_events)
-    return None  # running, or crashed mid-way: retry it
-
-
-def _existing(branch: _Branch) -> RunResult | None:
-    try:
-        status = run_status(branch.workflow.storage, branch.run_id)
-    except RunNotFoundError:
-        return None
-    return _reported(branch.run_id, status)
-
-
-def _run_branch(branch: _Branch) -> Outcome:
-    """Fork (or retry) one branch and run it: what an executor runs. Never raises."""
-    try:
-        reported = _existing(branch)
-        if reported is not None:
-            return reported
-        workflow = branch.workflow
-        if isinstance(workflow, AsyncWorkflow):
-            import asyncio
-
-            return asyncio.run(workflow.fork(branch.source, **branch.fork_arguments()))
-        return workflow.fork(branch.source, **branch.fork_arguments())
-    except Exception as exc:
-        return _Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
-
-
-async def _run_branch_async(branch: _Branch) -> Outcome:
-    """`_run_branch` for an `AsyncWorkflow`, as a task on the caller's loop."""
-    try:
-        reported = _existing(branch)
-        if reported is not None:
-            return reported
-        assert isinstance(branch.workflow, AsyncWorkflow)
-        return await branch.workflow.fork(branch.source, **branch.fork_arguments())
-    except Exception as exc:
-        return _Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
-
-
-def _run_all(branches: Sequence[_Branch], executor: Executor | None) -> list[Outcome]:
-    """Every branch's outcome, in the branches' order, run concurrently."""
-    if not branches:
-        return []
-    if executor is None and all(isinstance(b.workflow, AsyncWorkflow) for b in branches):
-        return _on_one_loop(branches)
-    if executor is None:
-        with ThreadPoolExecutor(len(branches), thread_name_prefix="kassette-branch") as pool:
-            return list(pool.map(_run_branch, branches))
-    futures = [executor.submit(_run_branch, branch) for branch in branches]
-    return [_outcome_of(branch, future) for branch, future in zip(branches, futures, strict=True)]
-
-
-def _outcome_of(branch: _Branch, future: Any) -> Outcome:
-    """A future's outcome; a worker that died or could not take the task is the branch's."""
-    try:
-        outcome: Outcome = future.result()
-    except Exception as exc:
-        return _Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
-    return outcome
-
-
-def _on_one_loop(branches: Sequence[_Branch]) -> list[Outcome]:
-    """All branches as tasks of one event loop; in a thread of its own when this thread
-    already runs a loop (a notebook's), which cannot be blocked on."""
-    import asyncio
-
-    async def gather() -> list[Outcome]:
-        return list(await asyncio.gather(*(_run_branch_async(b) for b in branches)))
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(gather())
-    with ThreadPoolExecutor(1, thread_name_prefix="kassette-fan-out") as pool:
-        return pool.submit(asyncio.run, gather()).result()
+    def __init__(self, branches: Branches) -> None:
+        super().__init__(f"fan-out interrupted: {branches!r}")
+        self.branches = branches
 
 
 def _json(value: Any) -> Any:
@@ -178,14 +89,17 @@ class Branches:
     """The branches of one fan-out: their outcomes as a frame, ranked by score.
 
     `frame` has one row per branch: `run_id`, `params` (the branch's params), `status`
-    (a `RunResult` status, or "raised" when the invocation raised before it could end the
-    run), `result`, `error`, `score` (NaN where the branch did not succeed or `score` raised)
-    and `unreplayed` (recorded steps the branch's code did not replay).
+    (a `RunResult` status; "raised" when the invocation raised before it could end the run;
+    "stopped" when the fan-out stopped the branch at a step boundary, or never started it),
+    `result`, `error`, `score` (NaN where the branch did not succeed or `score` raised),
+    `unreplayed` (recorded steps the branch's code did not replay) and `stopped_by` (why a
+    stopped branch stopped: "interrupt" or "budget"; None otherwise). Raised and stopped
+    branches' runs are open: the same `fan_out` call retries or continues them.
     """
 
     def __init__(
         self,
-        branches: Sequence[_Branch],
+        branches: Sequence[Branch],
         outcomes: Sequence[Outcome],
         *,
         score: Callable[[RunResult], float] | None,
@@ -209,7 +123,7 @@ class Branches:
 
     @property
     def results(self) -> list[RunResult | None]:
-        """Each branch's `RunResult` (None where its invocation raised)."""
+        """Each branch's `RunResult` (None where its invocation raised or it was stopped)."""
         return [o if isinstance(o, RunResult) else None for o in self._outcomes]
 
     @property
@@ -222,10 +136,24 @@ class Branches:
         return self._frame
 
     def best(self, k: int = 1) -> list[str]:
-        """The run ids of the `k` highest-scoring branches, best first (NaN scores never)."""
+        """The run ids of the `k` highest-scoring branches, best first (NaN scores never).
+
+        Raises `InvalidArgumentError` when the fan-out had no `score`; warns (`RuntimeWarning`)
+        and returns `[]` when no branch has a score (none succeeded, or `score` raised)."""
         if type(k) is not int or k < 1:
             raise InvalidArgumentError(f"best needs k >= 1, not {k!r}")
+        if self._score is None:
+            raise InvalidArgumentError("best ranks by score: pass score= to fan_out")
         frame = self.frame.dropna(subset=["score"])
+        if frame.empty:
+            counts = self.frame["status"].value_counts()
+            statuses = ", ".join(f"{count} {status}" for status, count in counts.items())
+            warnings.warn(
+                f"best({k}): no branch has a score ({statuses}; a branch is scored only if "
+                "it succeeded and score returned a number)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         ranked = frame.sort_values("score", ascending=False, kind="stable")
         return ranked["run_id"].head(k).tolist()  # type: ignore[no-any-return]
 
@@ -239,9 +167,9 @@ class Branches:
             and outcome.status == "suspended"
             and _waits_for(outcome, event)
         ]
-        resumed = _resume_all(
-            [self._branches[i] for i in waiting], event, _json(value), self._executor
-        )
+        value = _json(value)
+        resumes = [Resume(self._branches[i], event, value) for i in waiting]
+        resumed = resume_all(resumes, self._executor)
         for index, outcome in zip(waiting, resumed, strict=True):
             self._outcomes[index] = outcome
         self._frame = None
@@ -281,27 +209,30 @@ class Branches:
     def _storage(self) -> Any:
         return self._branches[0].workflow.storage
 
-    def _row(self, branch: _Branch, outcome: Outcome) -> dict[str, Any]:
-        params = branch.params if branch.params is not None else self._source_params()
-        if isinstance(outcome, _Raised):
-            return {
-                "run_id": branch.run_id,
-                "params": params,
-                "status": RAISED,
-                "result": None,
-                "error": str(outcome.error),
-                "score": math.nan,
-                "unreplayed": [],
-            }
-        return {
+    def _row(self, branch: Branch, outcome: Outcome) -> dict[str, Any]:
+        row: dict[str, Any] = {
             "run_id": branch.run_id,
-            "params": params,
-            "status": outcome.status,
-            "result": outcome.result,
-            "error": str(outcome.error) if outcome.error else None,
-            "score": self._score_of(outcome),
-            "unreplayed": list(outcome.unreplayed),
+            "params": branch.params if branch.params is not None else self._source_params(),
+            "status": RAISED,
+            "result": None,
+            "error": None,
+            "score": math.nan,
+            "unreplayed": [],
+            "stopped_by": None,
         }
+        if isinstance(outcome, Raised):
+            row["error"] = str(outcome.error)
+        elif isinstance(outcome, Halted):
+            row.update(status=STOPPED, stopped_by=outcome.reason)
+        else:
+            row.update(
+                status=outcome.status,
+                result=outcome.result,
+                error=str(outcome.error) if outcome.error else None,
+                score=self._score_of(outcome),
+                unreplayed=list(outcome.unreplayed),
+            )
+        return row
 
     def _score_of(self, outcome: RunResult) -> float:
         if self._score is None or outcome.status != "success":
@@ -326,38 +257,6 @@ def _waits_for(outcome: RunResult, event: str) -> bool:
     return any(e == event or e.split("#", 1)[0].rsplit("/", 1)[-1] == event for e in outcome.events)
 
 
-@dataclass(frozen=True)
-class _Resume:
-    branch: _Branch
-    event: str
-    value: Any
-
-
-def _resume_one(resume: _Resume) -> Outcome:
-    workflow, run_id = resume.branch.workflow, resume.branch.run_id
-    try:
-        if isinstance(workflow, AsyncWorkflow):
-            import asyncio
-
-            return asyncio.run(workflow.resume(run_id, resume.event, resume.value))
-        return workflow.resume(run_id, resume.event, resume.value)
-    except Exception as exc:
-        return _Raised(run_id, ErrorInfo(type(exc).__name__, str(exc)))
-
-
-def _resume_all(
-    branches: Sequence[_Branch], event: str, value: Any, executor: Executor | None
-) -> list[Outcome]:
-    resumes = [_Resume(branch, event, value) for branch in branches]
-    if not resumes:
-        return []
-    if executor is None:
-        with ThreadPoolExecutor(len(resumes), thread_name_prefix="kassette-branch") as pool:
-            return list(pool.map(_resume_one, resumes))
-    futures = [executor.submit(_resume_one, resume) for resume in resumes]
-    return [_outcome_of(r.branch, f) for r, f in zip(resumes, futures, strict=True)]
-
-
 # -- planning: every check before anything is written ------------------------------------------
 
 
@@ -374,6 +273,9 @@ def fan_out(
     prefix: str | None = None,
     executor: Executor | None = None,
     score: Callable[[RunResult], float] | None = None,
+    max_workers: int | None = None,
+    budget: Mapping[str, float] | None = None,
+    progress: bool = True,
 ) -> Branches:
     """Fork `run_id` at one point once per branch and run the branches concurrently.
 
@@ -387,10 +289,18 @@ def fan_out(
     forked twice and finished branches are not run again; for a new set, pass another `prefix`.
 
     `executor` runs the branches (default: threads, or one event loop for `async def`
-    workflows); `score` maps each successful branch's `RunResult` to a number for
-    `Branches.best`. A branch that fails, suspends or raises is a row of `Branches.frame`,
-    never an exception from here. Bad arguments raise `InvalidArgumentError` and a branch id
-    that holds another run raises `RunExistsError`, before anything is written.
+    workflows), at most `max_workers` at once (default: all); `score` maps each successful
+    branch's `RunResult` to a number for `Branches.best`. `budget` (`{"tokens": N}` and/or
+    `{"usd": X}`) stops the fan-out from starting new steps once its own model calls (in
+    this and earlier calls, not the copied prefix's) reach it; `progress` shows a live count
+    of branches and tokens (a notebook widget, a bar on a terminal's stderr).
+
+    A branch that fails, suspends, raises or is stopped is a row of `Branches.frame`, never an
+    exception from here. A `KeyboardInterrupt` stops every branch before its next step and
+    raises `FanOutInterrupted`, whose `branches` holds what ended; the stopped runs stay open
+    and the same call continues them. Bad arguments raise `InvalidArgumentError`, a prefix
+    holding another fan-out's branches `InvalidArgumentError` naming a prefix to pass, and a
+    branch id that holds another run `RunExistsError`, all before anything is written.
     """
     if not isinstance(workflow, Workflow | AsyncWorkflow):
         raise InvalidArgumentError(f"fan_out needs a kassette workflow, not {workflow!r}")
@@ -398,11 +308,14 @@ def fan_out(
         raise InvalidArgumentError(
             f"executor must be a concurrent.futures.Executor (or Dask's), not {executor!r}"
         )
-    variants = _variants(n=n, params=params, results=results, workflows=workflows)
+    if max_workers is not None and (type(max_workers) is not int or max_workers < 1):
+        raise InvalidArgumentError(f"max_workers must be an int >= 1, not {max_workers!r}")
+    limit = Budget.of(budget)
+    kind, variants = _variants(n=n, params=params, results=results, workflows=workflows)
     cut = plan_fork(workflow.storage, run_id, offset, step).offset
     base = _prefix(prefix, run_id, step, cut)
     branches = [
-        _Branch(
+        Branch(
             workflow=variant.get("workflow", workflow),
             source=run_id,
             offset=cut,
@@ -412,12 +325,24 @@ def fan_out(
         )
         for index, variant in enumerate(variants)
     ]
-    for branch in branches:
-        _check_branch_id(branch)
+    _check_branches(branches, kind, base)
     if isinstance(executor, ProcessPoolExecutor):
         _check_picklable(branches[0])
-    outcomes = _run_all(branches, executor)
-    return Branches(branches, outcomes, score=score, executor=executor)
+    board = Board(len(branches))
+    stop = Stop(across_processes=executor is not None)
+    abandoned = True  # until run_all says otherwise: a stop flag must outlive its readers
+    try:
+        with Watch(branches, board, stop, budget=limit, display=display_for(progress)):
+            interrupted, abandoned = run_all(
+                branches, executor, max_workers=max_workers, stop=stop, board=board
+            )
+    finally:
+        stop.close(abandoned=abandoned)
+    outcomes = [o for o in board.outcomes if o is not None]
+    found = Branches(branches, outcomes, score=score, executor=executor)
+    if interrupted:
+        raise FanOutInterrupted(found)
+    return found
 
 
 def _is_executor(executor: object) -> bool:
@@ -431,7 +356,8 @@ def _variants(
     params: Sequence[Mapping[str, Any]] | None,
     results: Sequence[Any] | None,
     workflows: Sequence[AnyWorkflow] | None,
-) -> list[dict[str, Any]]:
+) -> tuple[str, list[dict[str, Any]]]:
+    """How the branches differ (the argument's name) and each branch's difference."""
     ways = {"n": n, "params": params, "results": results, "workflows": workflows}
     given = [name for name, value in ways.items() if value is not None]
     if len(given) != 1:
@@ -442,7 +368,7 @@ def _variants(
     if n is not None:
         if type(n) is not int or n < 1:
             raise InvalidArgumentError(f"n must be an int >= 1, not {n!r}")
-        return [{} for _ in range(n)]
+        return "n", [{} for _ in range(n)]
     listed = _as_list(
         params if params is not None else results if results is not None else workflows
     )
@@ -452,13 +378,13 @@ def _variants(
         for item in listed:
             if not isinstance(item, Mapping):
                 raise InvalidArgumentError(f"params must be JSON objects (dicts), not {item!r}")
-        return [{"params": _checked(dict(item), "params")} for item in listed]
+        return "params", [{"params": _checked(dict(item), "params")} for item in listed]
     if results is not None:
-        return [{"edit": (_checked(item, "an edited result"),)} for item in listed]
+        return "results", [{"edit": (_checked(item, "an edited result"),)} for item in listed]
     for item in listed:
         if not isinstance(item, Workflow | AsyncWorkflow):
             raise InvalidArgumentError(f"workflows must be kassette workflows, not {item!r}")
-    return [{"workflow": item} for item in listed]
+    return "workflows", [{"workflow": item} for item in listed]
 
 
 def _as_list(values: Iterable[Any] | None) -> list[Any]:
@@ -480,39 +406,89 @@ def _prefix(prefix: str | None, run_id: str, step: str | None, cut: int) -> str:
     return prefix
 
 
-def _check_branch_id(branch: _Branch) -> None:
-    """A branch id may hold only this same fork of the source, with these params and edit:
-    a re-call that would report another fan-out's branches is refused, before anything runs."""
+def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
+    """Each branch id may hold only this same fork of the source, with this same difference
+    (kind and variant): a re-call that would report another fan-out's branches as its own is
+    refused, before anything runs."""
     from kassette.storage import validate_run_id
 
-    validate_run_id(branch.run_id)
-    try:
-        journal = read_journal(branch.workflow.storage, branch.run_id)
-    except RunNotFoundError:
-        return
-    state, expected = journal.state, {"runId": branch.source, "fromOffset": branch.offset}
-    if state.source != expected:
-        what = (
-            f"a fork of {state.source['runId']} at offset {state.source['fromOffset']}"
-            if state.source
-            else "not a fork"
-        )
-        raise RunExistsError(
-            f"branch {branch.run_id} already exists and is {what}, not a fork of "
-            f"{branch.source} at offset {branch.offset}: pass another prefix",
-            run_id=branch.run_id,
-        )
-    if branch.params is not None and branch.params != (state.params or {}):
-        raise MetadataMismatchError(
-            f"branch {branch.run_id} exists with params {state.params or {}}, not "
-            f"{branch.params}: pass another prefix",
-            run_id=branch.run_id,
-        )
-    if branch.edit is not None and _edited_value(journal) != branch.edit:
-        raise MetadataMismatchError(
-            f"branch {branch.run_id} exists with another edited result: pass another prefix",
-            run_id=branch.run_id,
-        )
+    source_params: dict[str, Any] | None = None
+    for branch in branches:
+        validate_run_id(branch.run_id)
+        try:
+            journal = read_journal(branch.workflow.storage, branch.run_id)
+        except RunNotFoundError:
+            continue
+        state, expected = journal.state, {"runId": branch.source, "fromOffset": branch.offset}
+        if state.source != expected:
+            what = (
+                f"a fork of {state.source['runId']} at offset {state.source['fromOffset']}"
+                if state.source
+                else "not a fork"
+            )
+            raise RunExistsError(
+                f"branch {branch.run_id} already exists and is {what}, not a fork of "
+                f"{branch.source} at offset {branch.offset}: pass another prefix",
+                run_id=branch.run_id,
+            )
+        if source_params is None:
+            source_params = _params_of(branch.workflow.storage, branch.source)
+        found = _difference(journal, source_params, branch.workflow.version)
+        wanted = _difference_of(branch, kind, source_params)
+        if found != wanted:
+            free = _free_prefix(branch.workflow.storage, f"{base}.{kind}")
+            raise InvalidArgumentError(
+                f"prefix {base!r} holds another fan-out's branches: {branch.run_id} is "
+                f"{_described(found)}, not {_described(wanted)}: pass prefix={free!r}",
+                run_id=branch.run_id,
+            )
+
+
+Difference = tuple[str, Any]  # how a branch differs from its source: (kind, variant)
+
+
+def _difference(journal: Any, source_params: dict[str, Any], version: str | None) -> Difference:
+    """How an existing branch differs from its source, as far as its journal tells."""
+    edit = _edited_value(journal)
+    if edit is not None:
+        return "results", edit
+    params = journal.state.params or {}
+    if params != source_params:
+        return "params", params
+    if journal.state.version != version:
+        return "workflows", journal.state.version
+    return "n", None
+
+
+def _difference_of(branch: Branch, kind: str, source_params: dict[str, Any]) -> Difference:
+    """How `branch` will differ from its source (what `_difference` will read back)."""
+    if kind == "results":
+        return "results", branch.edit
+    if kind == "params" and branch.params != source_params:
+        return "params", branch.params
+    if kind == "workflows":
+        return "workflows", branch.workflow.version
+    return "n", None  # params equal to the source's read back as a sample
+
+
+def _described(difference: Difference) -> str:
+    kind, variant = difference
+    if kind == "n":
+        return "a sample (n=) of the same run"
+    if kind == "results":
+        return f"a branch with the edited result {json.dumps(variant[0])[:80]}"
+    if kind == "params":
+        return f"a branch with params {json.dumps(variant)[:80]}"
+    return f"a branch of workflow version {variant!r}"
+
+
+def _free_prefix(storage: Any, wanted: str) -> str:
+    """`wanted`, or `wanted-2`, `wanted-3`, ...: the first whose branch 0 does not exist."""
+    for number in range(1, 1000):
+        candidate = wanted if number == 1 else f"{wanted}-{number}"
+        if storage.read(f"{candidate}.0") is None:
+            return candidate
+    return f"{wanted}-{number}"
 
 
 def _edited_value(journal: Any) -> tuple[Any] | None:
@@ -524,7 +500,7 @@ def _edited_value(journal: Any) -> tuple[Any] | None:
     return None
 
 
-def _check_picklable(branch: _Branch) -> None:
+def _check_picklable(branch: Branch) -> None:
     import pickle
 
     try:

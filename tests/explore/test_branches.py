@@ -15,7 +15,6 @@ from kassette import (
     InvalidArgumentError,
     LocalStorage,
     MemoryStorage,
-    MetadataMismatchError,
     RunExistsError,
     Storage,
     kassette,
@@ -263,7 +262,7 @@ def test_params_give_each_branch_its_own_ctx_params(storage: MemoryStorage) -> N
     runs = kx.load(storage).runs.set_index("run_id")
     assert json.loads(runs.loc["root.draft.1", "params"]) == {"temperature": 1.5}
     calls.clear()
-    with pytest.raises(MetadataMismatchError, match="exists with params"):
+    with pytest.raises(InvalidArgumentError, match=r"root\.draft\.0 is a branch with params"):
         kx.fan_out(agent, "root", step="draft", params=[{"temperature": 9}])
     assert calls == []
 
@@ -280,7 +279,7 @@ def test_results_fork_with_the_step_edited_and_not_run(storage: MemoryStorage) -
     assert entries[entries.edited].run_id.tolist() == branches.run_ids
     again = kx.fan_out(agent, "root", step="draft", results=["mine", {"a": 1}])
     assert again.frame["status"].tolist() == ["success", "success"]
-    with pytest.raises(MetadataMismatchError, match="another edited result"):
+    with pytest.raises(InvalidArgumentError, match='with the edited result "mine", not'):
         kx.fan_out(agent, "root", step="draft", results=["yours", {"a": 1}])
 
 

@@ -1,0 +1,125 @@
+"""Workflows and the child process for the fan-out interrupt tests.
+
+Every step function appends one line `RUN STEP START_TIME` to `ROOT/calls.log` before it
+sleeps (one small O_APPEND write: lines from many processes do not mix), so a test can count
+the step functions called after it sent SIGINT, and see whether any step ran twice. The
+functions live at the top level of an importable module so a `ProcessPoolExecutor` can load
+them by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kassette import LocalStorage, kassette
+
+BRANCHES = 16
+WORK_STEPS = 3
+
+
+def called(root: str, run_id: str, step: str) -> None:
+    line = f"{run_id} {step} {time.time():.6f}\n".encode()
+    fd = os.open(Path(root) / "calls.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def calls(root: Path) -> list[tuple[str, str, float]]:
+    path = root / "calls.log"
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(run_id, step, float(at)) for run_id, step, at in rows]
+
+
+def sleepy(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
+    """plan, draft, then WORK_STEPS steps that each sleep `task["sleep"]` seconds."""
+    root, run_id = task["root"], ctx.run_id
+
+    def work(step: str, seconds: float) -> str:
+        called(root, run_id, step)
+        time.sleep(seconds)
+        return step
+
+    ctx.step("plan", lambda: work("plan", 0))
+    ctx.step("draft", lambda: work("draft", 0))
+    for number in range(WORK_STEPS):
+        ctx.step(f"work{number}", lambda n=number: work(f"work{n}", task["sleep"]))
+    return {"done": run_id}
+
+
+async def sleepy_async(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
+    """`sleepy` as an `async def` workflow: its steps await `asyncio.sleep`."""
+    root, run_id = task["root"], ctx.run_id
+
+    async def work(step: str, seconds: float) -> str:
+        called(root, run_id, step)
+        await asyncio.sleep(seconds)
+        return step
+
+    await ctx.step("plan", lambda: work("plan", 0))
+    await ctx.step("draft", lambda: work("draft", 0))
+    for number in range(WORK_STEPS):
+        await ctx.step(f"work{number}", lambda n=number: work(f"work{n}", task["sleep"]))
+    return {"done": run_id}
+
+
+def workflow(root: Path, mode: str) -> Any:
+    storage = LocalStorage(root / "journals")
+    return kassette(sleepy_async if mode == "loop" else sleepy, storage=storage)
+
+
+def executor_for(mode: str) -> Executor | None:
+    if mode == "processes":
+        return ProcessPoolExecutor(4)
+    if mode == "dask":
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=2, host="127.0.0.1", dashboard_address=None
+        )
+        return Client(cluster).get_executor()  # type: ignore[no-any-return]
+    return None
+
+
+def child(root: Path, mode: str) -> int:
+    """Fan out "root" at "draft" into BRANCHES branches; print how it ended as one JSON line.
+    Exit status 130 when interrupted, as a shell reports Ctrl-C."""
+    from kassette import explore as kx
+
+    executor = executor_for(mode)
+    print(json.dumps({"ready": time.time()}), flush=True)
+    try:
+        branches = kx.fan_out(
+            workflow(root, mode), "root", step="draft", n=BRANCHES, executor=executor
+        )
+    except kx.FanOutInterrupted as interrupted:
+        caught = time.time()
+        frame = interrupted.branches.frame
+        print(
+            json.dumps(
+                {
+                    "interrupted": caught,
+                    "status": frame["status"].tolist(),
+                    "stopped_by": frame["stopped_by"].tolist(),
+                }
+            ),
+            flush=True,
+        )
+        return 130
+    frame = branches.frame
+    print(json.dumps({"status": frame["status"].tolist()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child(Path(sys.argv[1]), sys.argv[2]))
