@@ -420,6 +420,11 @@ def test_fan_out_makes_k_branches_or_one_per_params_object(scenario: Scenario) -
     explorer.fan_out_button.click()
     assert explorer.fan_outs[-1].run_ids == ["grid.0", "grid.1"]
     assert read_journal(scenario.storage, "grid.1").state.params == {"temperature": 0.9}
+    assert explorer.new_run_id.value == "grid"  # the prefix stays: pressing again re-reports
+    explorer.fan_out_button.click()
+    assert explorer.fan_outs[-1].run_ids == ["grid.0", "grid.1"]
+    assert explorer.fan_outs[-1].frame["status"].tolist() == ["success"] * 2
+    del explorer.fan_outs[-1]
     explorer.fan_out_params.value = '{"temperature": 1}'
     explorer.fan_out_button.click()
     assert "InvalidArgumentError: params must be a JSON list of objects" in explorer.status.value

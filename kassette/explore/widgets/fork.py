@@ -130,7 +130,6 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.status.value = f"fanning out <b>{html.escape(source)}</b> at offset {offset}…"
         branches = fan_out(self.workflow, source, offset=offset, prefix=prefix, **varied)
         self.fan_outs.append(branches)
-        self.new_run_id.value = ""
         journals = self._show_family(source)
         counts = branches.frame["status"].value_counts()
         summary = ", ".join(
