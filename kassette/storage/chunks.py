@@ -2,11 +2,19 @@
 upload O(N) bytes while each append stays one conditional PUT.
 
 A run is a *head* object, `journal.jsonl`, and immutable *chunk* objects,
-`journal/NNNNNNNN.jsonl`, numbered from 1. A short run is only a head holding the whole journal
-as plain JSONL, exactly the single-object layout kassette and upstream have always written.
-Once a head would hold `SHORT_LINES` entries (or `SHORT_BYTES`), it is rewritten with a header
-line first (`{"kassette-journal":1,"sealed":S,"first":O,"tail":K,"fanout":F}`) and from then on
+`journal/GENERATION/NNNNNNNN.jsonl`, numbered from 1. A short run is only a head holding the
+whole journal as plain JSONL, exactly the single-object layout kassette and upstream have
+always written. Once a head would hold `SHORT_LINES` entries (or `SHORT_BYTES`), it is
+rewritten with a header line first
+(`{"kassette-journal":2,"run":G,"sealed":S,"first":O,"tail":K,"fanout":F}`) and from then on
 holds only a *tail* of at most K entries; everything before it is in chunks 1..S.
+
+`G` is the run's *generation*: random, chosen when its head first gets a header, carried by
+every head after it, and part of every chunk's key. A run deleted and started again under the
+same id is a new generation, so a writer of the deleted one (paused holding a full head, it
+resumes after `delete_run` and seals: the create succeeds, as the delete removed the key)
+writes a chunk no head of the new run names, and empties none of its chunks. A head of format 1
+(no generation, written before generations) keeps its chunks at `journal/NNNNNNNN.jsonl`.
 
 Every append is one PUT, and that PUT is the append's compare-and-swap:
 
@@ -40,6 +48,8 @@ per append and per open, and why this shape: docs/object-storage-design.md.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 
 from kassette.errors import JournalCorruptionError
@@ -52,6 +62,7 @@ __all__ = [
     "Write",
     "chunk_name",
     "live_chunks",
+    "new_generation",
     "parse_head",
     "plan_append",
     "superseded_chunks",
@@ -59,7 +70,9 @@ __all__ = [
 
 HEAD = "journal.jsonl"
 CHUNKS = "journal/"
-FORMAT = 1
+FORMAT = 2
+"""The header's format: 2 names the run's generation; 1 (no generation) is still read."""
+_GENERATION = re.compile(r"[0-9a-f]{1,32}")
 TAIL_ENTRIES = 2
 """A header'd head's tail is full at this many lines; the next append seals it into a chunk."""
 FANOUT = 16
@@ -71,9 +84,18 @@ SHORT_BYTES = 64 * 1024
 _MARK = b'{"kassette-journal":'
 
 
-def chunk_name(number: int) -> str:
-    """The object name of chunk `number` (from 1), relative to the run's prefix."""
+def chunk_name(number: int, generation: str = "") -> str:
+    """The object name of chunk `number` (from 1) of the run's `generation`, relative to the
+    run's prefix ("": a format-1 head's chunks)."""
+    if generation:
+        return f"{CHUNKS}{generation}/{number:08d}.jsonl"
     return f"{CHUNKS}{number:08d}.jsonl"
+
+
+def new_generation() -> str:
+    """A fresh generation for a run's first chunked head: 48 random bits, so a run deleted and
+    started again under its id never shares a chunk key with its former self."""
+    return os.urandom(6).hex()
 
 
 def live_chunks(sealed: int, fanout: int) -> list[int]:
@@ -100,6 +122,11 @@ class Head:
     first: int = 0
     tail_entries: int = TAIL_ENTRIES
     fanout: int = FANOUT
+    generation: str = ""  # "" only in a plain head or a format-1 one
+
+    def chunk(self, number: int) -> str:
+        """The object name of this run's chunk `number`."""
+        return chunk_name(number, self.generation)
 
     @property
     def full(self) -> bool:
@@ -109,8 +136,10 @@ class Head:
     def encode(self) -> bytes:
         if not self.chunked:
             return self.tail
-        header = {
-            "kassette-journal": FORMAT,
+        header: dict[str, int | str] = {"kassette-journal": FORMAT, "run": self.generation}
+        if not self.generation:  # a format-1 head goes on as one: its chunks keep their names
+            header = {"kassette-journal": 1}
+        header |= {
             "sealed": self.sealed,
             "first": self.first,
             "tail": self.tail_entries,
@@ -131,7 +160,12 @@ def parse_head(body: bytes, run_id: str) -> Head:
     fields = ("sealed", "first", "tail", "fanout")
     if (
         not isinstance(header, dict)
-        or header.get("kassette-journal") != FORMAT
+        or header.get("kassette-journal") not in (1, FORMAT)
+        or (header["kassette-journal"] == 1 and "run" in header)
+        or (
+            header["kassette-journal"] == FORMAT
+            and not (isinstance(header.get("run"), str) and _GENERATION.fullmatch(header["run"]))
+        )
         or not all(type(header.get(name)) is int and header[name] >= 0 for name in fields)
         or header["tail"] < 1
         or header["fanout"] < 2
@@ -141,7 +175,8 @@ def parse_head(body: bytes, run_id: str) -> Head:
             f"({line[:120]!r}); a newer kassette may have written it",
             run_id=run_id,
         )
-    return Head(tail, True, header["sealed"], header["first"], header["tail"], header["fanout"])
+    sealed, first, tail_entries, fanout = (header[name] for name in fields)
+    return Head(tail, True, sealed, first, tail_entries, fanout, header.get("run", ""))
 
 
 @dataclass(frozen=True)
@@ -229,7 +264,7 @@ def plan_append(view: View | None, data: bytes, policy: Policy = Policy()) -> Wr
     if view.pending is not None:
         sealed = head.sealed + 1
         caught_up = Head(data, True, sealed, view.chunk_lines, *_rules(head))
-        superseded = tuple(map(chunk_name, superseded_chunks(sealed, head.fanout)))
+        superseded = tuple(map(head.chunk, superseded_chunks(sealed, head.fanout)))
         return Write(
             HEAD, caught_up.encode(), view.head_etag, caught_up, *_chunks(view), superseded
         )
@@ -246,14 +281,20 @@ def plan_append(view: View | None, data: bytes, policy: Policy = Policy()) -> Wr
         body = b"".join((*merged, tail, data))
     else:
         body = tail + data
-    return Write(chunk_name(number), body, None, None, (*chunks, body), lines + body.count(b"\n"))
+    return Write(head.chunk(number), body, None, None, (*chunks, body), lines + body.count(b"\n"))
 
 
 def _head_write(lines: bytes, etag: str | None, policy: Policy) -> Write:
     """A plain head while it is short; past that, the same lines as a chunked head's tail."""
     head = Head(lines)
     if lines.count(b"\n") >= policy.short_lines or len(lines) >= policy.short_bytes:
-        head = Head(lines, True, tail_entries=policy.tail_entries, fanout=policy.fanout)
+        head = Head(
+            lines,
+            True,
+            tail_entries=policy.tail_entries,
+            fanout=policy.fanout,
+            generation=new_generation(),
+        )
     return Write(HEAD, head.encode(), etag, head, (), 0)
 
 
@@ -261,8 +302,8 @@ def _whole_lines(data: bytes) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
-def _rules(head: Head) -> tuple[int, int]:
-    return head.tail_entries, head.fanout
+def _rules(head: Head) -> tuple[int, int, str]:
+    return head.tail_entries, head.fanout, head.generation
 
 
 def _chunks(view: View) -> tuple[tuple[bytes, ...], int]:

@@ -49,7 +49,6 @@ from kassette.storage.chunks import (
     Policy,
     View,
     check_view,
-    chunk_name,
     live_chunks,
     parse_head,
     plan_append,
@@ -221,7 +220,7 @@ class S3Storage:
             again = self._get(run_id, head_key)
             if again is not None and again[1] == etag:
                 raise JournalCorruptionError(
-                    f"run {run_id}: chunk {chunk_name(view)} of its journal is missing",
+                    f"run {run_id}: chunk {view} of its journal is missing",
                     run_id=run_id,
                 )
             got = again
@@ -231,23 +230,24 @@ class S3Storage:
             run_id=run_id,
         )
 
-    def _read_chunks(self, run_id: str, head: Head, etag: str) -> View | int:
-        """The journal under `head`: its live chunks read, or the first one that is missing."""
+    def _read_chunks(self, run_id: str, head: Head, etag: str) -> View | str:
+        """The journal under `head`: its live chunks read, or the name of the first one that
+        is missing."""
         if not head.chunked:
             return View(head, etag)
         base = self._base(run_id)
         numbers = live_chunks(head.sealed, head.fanout)
         probe = [head.sealed + 1] if head.full else []  # sealed already, maybe
-        names = [base + chunk_name(number) for number in numbers + probe]
+        names = [base + head.chunk(number) for number in numbers + probe]
         found = dict(zip(numbers + probe, self._get_all(run_id, names), strict=True))
         pending = found.get(head.sealed + 1)
         if pending is not None and not pending[0]:  # emptied: superseded since the head was read
-            return head.sealed + 1
+            return head.chunk(head.sealed + 1)
         if pending is not None:
             numbers = live_chunks(head.sealed + 1, head.fanout)
         missing = [number for number in numbers if not (found[number] or (b"",))[0]]
         if missing:
-            return missing[0]
+            return head.chunk(missing[0])
         bodies = tuple(found[number][0] for number in numbers)  # type: ignore[index]
         lines = sum(chunk.count(b"\n") for chunk in bodies)
         return check_view(View(head, etag, bodies, lines, pending[1] if pending else None), run_id)

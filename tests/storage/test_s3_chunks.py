@@ -23,7 +23,7 @@ from kassette import FencedError, KassetteError, TerminalRunError, kassette
 from kassette.core import fork_run, open_run, read_journal, run_status
 from kassette.errors import ConflictError, InvalidArgumentError, JournalCorruptionError
 from kassette.journal import Journal, encode
-from kassette.storage.chunks import HEAD, Policy, chunk_name, live_chunks, parse_head
+from kassette.storage.chunks import HEAD, Policy, live_chunks, parse_head
 from kassette.storage.s3 import S3Storage
 from kassette.testing import StorageConformance
 
@@ -94,7 +94,7 @@ def test_opening_a_run_reads_its_head_then_its_live_chunks(
     gets = [e.path for e in fault_proxy.exchanges if e.method == "GET"]
     assert gets[0] == f"/{bucket}/r1/{HEAD}"
     expected = live_chunks(head.sealed, head.fanout) + ([head.sealed + 1] if head.full else [])
-    assert sorted(gets[1:]) == sorted(f"/{bucket}/r1/{chunk_name(n)}" for n in expected)
+    assert sorted(gets[1:]) == sorted(f"/{bucket}/r1/{head.chunk(n)}" for n in expected)
     assert len(expected) < 120 // 16  # not a GET per entry
 
 
@@ -198,7 +198,8 @@ def test_a_reader_before_chunks_refuses_a_chunked_head_loudly(s3_client: Any, bu
 
 
 @pytest.mark.parametrize(
-    "path", ["/r1/journal/00000002.jsonl", "/r1/journal/00000003.jsonl", f"/r1/{HEAD}"]
+    "path",
+    ["/00000002.jsonl", "/00000003.jsonl", f"/r1/{HEAD}"],  # chunks of any generation
 )
 @pytest.mark.parametrize("action", ["drop", "error"])
 def test_a_lost_or_refused_put_of_a_chunk_or_head_is_resolved_once(
@@ -232,7 +233,7 @@ def test_a_seal_that_arrives_after_the_writer_timed_out_is_refused(
         Fault(
             "delay",
             method="PUT",
-            path_contains="/r1/journal/00000002.jsonl",
+            path_contains="/00000002.jsonl",
             seconds=TIMEOUT,
             until_overtaken=True,
         )
@@ -341,6 +342,34 @@ def test_listing_and_deleting_see_a_chunked_run_as_one_run(s3_client: Any, bucke
     assert list(storage.list_runs()) == ["short"]
 
 
+def test_a_writer_of_a_deleted_run_never_adds_to_a_later_run_of_the_same_id(
+    s3_client: Any, bucket: str
+) -> None:
+    """A session paused holding a full head resumes after `delete_run` and records a step: its
+    seal creates a chunk (the delete removed the key). A run started later under the same id
+    runs every step live and never replays that session's results as its own: its chunks are
+    keyed by its own generation."""
+    with open_run(Chunky(bucket, client=s3_client), "r1") as paused:
+        for name in ("fetch", "parse", "plan"):
+            paused.record(name, lambda: "from the deleted run")
+        head = parse_head(s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")["Body"].read(), "")
+        assert head.full and f"r1/{head.chunk(head.sealed + 1)}" not in object_keys(
+            s3_client, bucket
+        )  # the next append seals chunk sealed + 1
+        S3Storage(bucket, client=s3_client).delete_run("r1")
+        paused.record("build", lambda: "from the deleted run")  # told it landed
+    assert any("/journal/" in key for key in object_keys(s3_client, bucket))  # it did
+    calls: dict[str, int] = {}
+    later = kassette(counted_pipeline(calls), storage=Chunky(bucket, client=s3_client))
+    result = later.start(run_id="r1")
+    assert result.status == "success" and result.result == EXPECTED
+    assert calls == dict.fromkeys(["fetch", "parse", "plan", "build", "ship"], 1)
+    journal = read_journal(S3Storage(bucket, client=s3_client), "r1")
+    assert_sound(journal)
+    assert all(entry.get("result") != "from the deleted run" for entry in journal.entries)
+    assert [e["type"] for e in journal.entries] == ["start", *["step"] * 5, "complete"]
+
+
 @pytest.mark.parametrize("name", [HEAD, "journal/00000001.jsonl", "journal/x"])
 def test_object_names_inside_the_journal_are_refused(
     name: str, s3_client: Any, bucket: str
@@ -371,8 +400,8 @@ def test_a_merge_empties_the_small_chunks_it_replaces(s3_client: Any, bucket: st
         s3_client.get_object(Bucket=bucket, Key=f"runs/long/{HEAD}")["Body"].read(), ""
     )
     stored = sizes(s3_client, bucket, "runs/long/")
-    live = {f"runs/long/{chunk_name(n)}" for n in live_chunks(head.sealed, head.fanout)}
-    pending = {f"runs/long/{chunk_name(head.sealed + 1)}"}
+    live = {f"runs/long/{head.chunk(n)}" for n in live_chunks(head.sealed, head.fanout)}
+    pending = {f"runs/long/{head.chunk(head.sealed + 1)}"}
     whole = {key for key, size in stored.items() if size and not key.endswith(HEAD)}
     assert live <= whole <= live | pending
     assert len(stored) - len(whole) - 1 == head.sealed // head.fanout * (head.fanout - 1)
@@ -388,10 +417,13 @@ def test_a_reader_holding_an_older_head_reads_it_again_when_its_chunks_are_empti
         token = writer.append("r1", encode({"n": number}), token=token)
     old = s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")
     old_head = (old["Body"].read(), old["ETag"])
-    assert parse_head(old_head[0], "r1").full  # its reader asks for chunk 1, sealed next
+    generation = parse_head(old_head[0], "r1")
+    assert generation.full  # its reader asks for chunk 1, sealed next
     for number in range(2, 9):
         token = writer.append("r1", encode({"n": number}), token=token)
-    assert sizes(s3_client, bucket, "r1/")[f"r1/{chunk_name(1)}"] == 0  # merged into 2, emptied
+    assert (
+        sizes(s3_client, bucket, "r1/")[f"r1/{generation.chunk(1)}"] == 0
+    )  # merged into 2, emptied
     heads: list[str] = []
 
     class Slow(Chunky):
@@ -407,7 +439,7 @@ def test_a_reader_holding_an_older_head_reads_it_again_when_its_chunks_are_empti
     assert snapshot.data == b"".join(encode({"n": number}) for number in range(9))
     assert len(heads) == 2
     with pytest.raises(JournalCorruptionError, match="missing"):  # under a head that stays
-        s3_client.delete_object(Bucket=bucket, Key=f"r1/{chunk_name(2)}")
+        s3_client.delete_object(Bucket=bucket, Key=f"r1/{generation.chunk(2)}")
         Chunky(bucket, client=s3_client).read("r1")
 
 
@@ -417,7 +449,8 @@ def test_emptying_that_fails_leaves_garbage_and_the_appends_stand(
     """Chunk 1's second PUT empties it once chunk 2 merged it: a 503 there is not the
     append's failure."""
     fault = fault_proxy.inject(
-        Fault("error", method="PUT", path_contains=f"/r1/{chunk_name(1)}", nth=2, times=1)
+        # chunk 1, of the generation the run gets
+        Fault("error", method="PUT", path_contains="/00000001.jsonl", nth=2, times=1)
     )
     calls: dict[str, int] = {}
     result = kassette(counted_pipeline(calls), storage=Chunky(bucket, client=proxied_client)).start(
@@ -427,7 +460,8 @@ def test_emptying_that_fails_leaves_garbage_and_the_appends_stand(
     assert result.status == "success" and result.result == EXPECTED
     assert set(calls.values()) == {1}
     stored = sizes(s3_client, bucket, "r1/")
-    assert stored[f"r1/{chunk_name(1)}"] > 0  # garbage: no head names it
+    head = parse_head(s3_client.get_object(Bucket=bucket, Key=f"r1/{HEAD}")["Body"].read(), "")
+    assert stored[f"r1/{head.chunk(1)}"] > 0  # garbage: no head names it
     journal = read_journal(S3Storage(bucket, client=s3_client), "r1")
     assert_sound(journal)
     assert len(journal.entries) == 7

@@ -3,9 +3,10 @@
 `S3Storage` runs with its two requests (`_get`, `_put`) answered by an in-memory bucket that
 applies `If-Match` / `If-None-Match` as S3 does, so Hypothesis can try thousands of
 interleavings: several writers with their own caches and stale tokens, PUTs whose answer is
-lost after they committed, and PUTs held back and delivered late. After every operation a
-fresh reader must see exactly the lines whose appends were acknowledged or that landed, in
-order; every PUT replayed late must be refused.
+lost after they committed, PUTs held back and delivered late, and the run deleted and started
+again under its id while writers of the deleted run still hold its state. After every operation
+a fresh reader must see exactly the lines of the run as it is now whose appends were
+acknowledged or that landed, in order; every PUT replayed late must be refused.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from kassette.storage.chunks import (
     HEAD,
     Head,
     Policy,
-    chunk_name,
     live_chunks,
     parse_head,
     plan_append,
@@ -59,6 +59,10 @@ class Bucket:
         self.objects[key] = (body, etag)
         return etag
 
+    def delete(self, prefix: str) -> None:
+        for key in [key for key in self.objects if key.startswith(prefix)]:
+            del self.objects[key]
+
 
 class ModelS3(S3Storage):
     """S3Storage whose requests go to a `Bucket` in memory."""
@@ -73,6 +77,12 @@ class ModelS3(S3Storage):
     def _get(self, run_id: str, key: str) -> tuple[bytes, str] | None:
         self.store.gets += 1
         return self.store.objects.get(key)
+
+    def delete_run(self, run_id: str) -> None:
+        """What `S3Storage.delete_run` does: forget the run, remove every key under it."""
+        with self._mutex:
+            self._views.pop(run_id, None)
+        self.store.delete(self._base(run_id))
 
     def _empty_chunks(self, run_id: str, keys: list[str]) -> None:
         if self.store.skip_delete:
@@ -118,6 +128,7 @@ operations = st.lists(
     st.tuples(
         st.sampled_from(
             ["append", "fresh", "fresh", "fresh", "read", "lose", "hold", "deliver", "crash"]
+            + ["delete"] * 2  # a run deleted and started again under its id
         ),
         st.integers(0, 2),  # which writer
         st.integers(1, 3),  # lines in the append
@@ -135,22 +146,34 @@ def test_any_interleaving_keeps_exactly_the_landed_lines_in_order(
     writers = [ModelS3(bucket, policy) for _ in range(3)]
     tokens: list[str | None] = [None, None, None]
     truth: list[bytes] = []
-    pending: list[tuple[list[bytes], int]] = []  # held PUTs: their lines, and the truth then
+    # held PUTs: their lines, the truth then, and the run's generation they were planned on
+    pending: list[tuple[list[bytes], int, int]] = []
     counter = 0
+    # the run's deletions so far, the count when each writer's token was got (a writer with an
+    # older one holds a deleted run's state), and the PUTs sent since the last deletion
+    deletions, known, since = 0, [0, 0, 0], 0
     lagging: list[tuple[tuple[bytes, str] | None, int]] = []  # heads a slow reader got, then
     clean = True  # no deleter crashed, no answer lost: the bucket holds only what is needed
     for action, number, count in steps:
         writer = writers[number]
         lagging.append((bucket.objects.get("r/" + HEAD), len(truth)))
-        if action == "read":
+        if action == "delete":  # the others keep what they hold of the deleted run
+            writer.delete_run("r")
+            deletions, truth, since = deletions + 1, [], len(bucket.puts)
+            tokens[number], known[number] = None, deletions
+            lagging.clear()
+        elif action == "read":
             snapshot = writer.read("r")
-            tokens[number] = snapshot.token if snapshot else None
+            tokens[number], known[number] = (snapshot.token if snapshot else None), deletions
         elif action == "deliver":
-            deliver(bucket, pending, truth)
+            deliver(bucket, pending, truth, deletions)
         else:
             if action == "fresh":  # what the core does after a conflict: read, then append
                 snapshot = writer.read("r")
-                tokens[number] = snapshot.token if snapshot else None
+                tokens[number], known[number] = (snapshot.token if snapshot else None), deletions
+            # a create lands only on no run; any other append holding a deleted run's state
+            # must not reach the run as it is now, whatever it is told
+            current = tokens[number] is None or known[number] == deletions
             new = lines(counter, count)
             counter += count
             bucket.lose_next = action == "lose"
@@ -162,34 +185,52 @@ def test_any_interleaving_keeps_exactly_the_landed_lines_in_order(
                 event("conflict")
             except StorageError:
                 if action == "lose":
-                    truth.extend(new)  # it committed
+                    if current:
+                        truth.extend(new)  # it committed
                 else:
-                    pending.append((new, len(truth)))
+                    pending.append((new, len(truth), deletions if current else -1))
             else:
-                truth.extend(new)
+                if current:
+                    truth.extend(new)
+                    known[number] = deletions
+                else:
+                    event("a writer of a deleted run was told its append landed")
             bucket.lose_next = bucket.hold_next = bucket.skip_delete = False
         clean = clean and action not in ("lose", "hold", "crash")
         check(bucket, policy, truth, clean=clean)
         back = (number * 3 + count) * 3  # a head 3 to 27 operations old
-        check_lagging(bucket, policy, truth, lagging[max(0, len(lagging) - back)])
+        if lagging:
+            check_lagging(bucket, policy, truth, lagging[max(0, len(lagging) - back)])
     while bucket.held:
-        deliver(bucket, pending, truth)
+        deliver(bucket, pending, truth, deletions)
         check(bucket, policy, truth)
-    for key, body, if_match in bucket.puts:  # every PUT, delivered once more, is refused
+    for key, body, if_match in bucket.puts[since:]:  # every PUT, delivered once more, is refused
         with pytest.raises(ConflictError):
             bucket.put(key, body, if_match)
 
 
-def deliver(bucket: Bucket, pending: list[tuple[list[bytes], int]], truth: list[bytes]) -> None:
-    """Deliver the oldest held PUT; it may land only on the journal it was planned for."""
+def deliver(
+    bucket: Bucket,
+    pending: list[tuple[list[bytes], int, int]],
+    truth: list[bytes],
+    deletions: int,
+) -> None:
+    """Deliver the oldest held PUT; it may land only on the journal it was planned for, or as
+    the create of a run that does not exist; planned on a deleted run, it must stay unseen."""
     if not bucket.held:
         return
     key, body, if_match = bucket.held.pop(0)
-    added, length = pending.pop(0)
+    added, length, planned_on = pending.pop(0)
     try:
         bucket.put(key, body, if_match)
     except ConflictError:
         event("a late PUT was refused")
+        return
+    if planned_on != deletions:
+        if key == "r/" + HEAD and if_match is None:
+            assert truth == [], "a late create landed on a run"
+            truth.extend(added)
+        event("a late PUT of a deleted run landed")
         return
     assert len(truth) == length, "a late PUT landed on a journal that had moved"
     event("a late PUT landed")
@@ -230,9 +271,12 @@ def check(bucket: Bucket, policy: Policy, truth: list[bytes], *, clean: bool = F
         if bucket.emptied:
             event("superseded chunks emptied")
         chunks = {key for key, (body, _) in bucket.objects.items() if key != "r/" + HEAD and body}
-        needed = {"r/" + chunk_name(n) for n in live_chunks(head.sealed, head.fanout)}
+        # chunks of a deleted generation, sealed by its writers after the delete, are garbage
+        generation = "r/" + head.chunk(0).rpartition("/")[0] + "/"
+        chunks = {key for key in chunks if key.startswith(generation)}
+        needed = {"r/" + head.chunk(n) for n in live_chunks(head.sealed, head.fanout)}
         assert needed <= chunks
-        pending = "r/" + chunk_name(head.sealed + 1)
+        pending = "r/" + head.chunk(head.sealed + 1)
         if clean:
             assert chunks - {pending} == needed
 
@@ -282,7 +326,8 @@ def test_a_head_that_lags_its_sealed_chunk_is_read_through_it() -> None:
     token = storage.append("r", b"".join(lines(0, 3)), token=None)  # a chunked head at once
     assert parse_head(bucket.objects["r/" + HEAD][0], "r").full
     token = storage.append("r", b"".join(lines(3, 1)), token=token)  # seals chunk 1
-    assert "|" in token and "r/" + chunk_name(1) in bucket.objects
+    head = parse_head(bucket.objects["r/" + HEAD][0], "r")
+    assert "|" in token and "r/" + head.chunk(1) in bucket.objects
     snapshot = ModelS3(bucket).read("r")
     assert snapshot is not None and snapshot.token == token
     assert snapshot.data == b"".join(lines(0, 4))
@@ -296,10 +341,10 @@ def test_a_missing_chunk_or_an_unknown_header_is_corruption() -> None:
         token = storage.append("r", b"".join(lines(number, 1)), token=token)
     head = parse_head(bucket.objects["r/" + HEAD][0], "r")
     last = live_chunks(head.sealed, head.fanout)[-1]
-    del bucket.objects["r/" + chunk_name(last)]
-    with pytest.raises(JournalCorruptionError, match=f"chunk {chunk_name(last)}"):
+    del bucket.objects["r/" + head.chunk(last)]
+    with pytest.raises(JournalCorruptionError, match=f"chunk {head.chunk(last)}"):
         ModelS3(bucket).read("r")
-    bucket.objects["r/" + HEAD] = (b'{"kassette-journal":2,"sealed":0}\n', '"x"')
+    bucket.objects["r/" + HEAD] = (b'{"kassette-journal":3,"sealed":0}\n', '"x"')
     with pytest.raises(JournalCorruptionError, match="newer kassette"):
         ModelS3(bucket).read("r")
 
@@ -314,3 +359,52 @@ def test_a_legacy_head_with_a_torn_line_is_cut_before_the_append() -> None:
     view = plan_append(None, b'{"a":1}\n{"b"').view('"e"', None)
     write = plan_append(view, b'{"c":3}\n')
     assert write.body == b'{"a":1}\n{"c":3}\n'
+
+
+def test_a_writer_of_a_deleted_run_never_adds_to_a_later_run_of_the_same_id() -> None:
+    """The adversarial review's reproducer: a writer paused holding a full head resumes after
+    `delete_run` and seals the next chunk (the create succeeds: the delete removed the key). A
+    run started later under the same id must never read that chunk as its own: its chunks are
+    keyed by its own generation."""
+    bucket = Bucket()
+    paused, token = ModelS3(bucket), None
+    for number in range(3):
+        token = paused.append("r", b"".join(lines(number, 1)), token=token)
+    assert parse_head(bucket.objects["r/" + HEAD][0], "r").full
+    ModelS3(bucket).delete_run("r")
+    deleted = b'{"from":"the deleted run"}\n'
+    paused.append("r", deleted, token=token)  # seals a chunk of the deleted run: it lands
+    assert any(body == deleted or deleted in body for body, _ in bucket.objects.values())
+    later, token, written = ModelS3(bucket), None, []
+    for number in range(100, 112):
+        line = b"".join(lines(number, 1))
+        try:
+            token = later.append("r", line, token=token)
+        except ConflictError:  # what the core does: read again, then append once more
+            snapshot = later.read("r")
+            assert snapshot is not None
+            token = later.append("r", line, token=snapshot.token)
+        written.append(line)
+    snapshot = ModelS3(bucket).read("r")
+    assert snapshot is not None and snapshot.data == b"".join(written)
+    assert deleted not in snapshot.data
+
+
+def test_a_chunked_head_written_before_generations_is_read_and_continued() -> None:
+    """A format-1 head (no generation) keeps its chunks at `journal/NNNNNNNN.jsonl`: read as
+    before, and appended to as format 1, so its chunks keep their names."""
+    bucket = Bucket()
+    chunk = b"".join(lines(0, 3))
+    bucket.objects["r/journal/00000001.jsonl"] = (chunk, '"c1"')
+    header = b'{"kassette-journal":1,"sealed":1,"first":3,"tail":2,"fanout":3}\n'
+    bucket.objects["r/" + HEAD] = (header + b"".join(lines(3, 1)), '"h1"')
+    storage = ModelS3(bucket)
+    snapshot = storage.read("r")
+    assert snapshot is not None and snapshot.data == b"".join(lines(0, 4))
+    token = snapshot.token
+    for number in range(4, 10):
+        token = storage.append("r", b"".join(lines(number, 1)), token=token)
+    head = parse_head(bucket.objects["r/" + HEAD][0], "r")
+    assert head.generation == "" and bucket.objects["r/" + HEAD][0].startswith(header[:21])
+    assert all(key.count("/") == 2 for key in bucket.objects if "/journal/" in key)
+    assert ModelS3(bucket).read("r").data == b"".join(lines(0, 10))  # type: ignore[union-attr]
