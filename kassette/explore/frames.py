@@ -9,11 +9,10 @@ error), as pandas frames or as Arrow tables with the fixed schemas `ENTRY_SCHEMA
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
@@ -23,6 +22,7 @@ from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
 from kassette.explore._refresh import refreshed, stamps_before_reading
+from kassette.explore._table import frame_html, frame_text
 from kassette.explore.export import ParquetSink, check_partition_by
 from kassette.explore.llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.storage import Storage
@@ -30,7 +30,7 @@ from kassette.storage import Storage
 __all__ = ["ENTRY_SCHEMA", "LLM_CALL_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
 Table = Literal["entries", "runs", "llm_calls"]
-_MISSING_MARK = "\u2013"  # an en dash: one mark for a missing value, whatever the column's type
+_JSON_COLUMNS = ("params", "input", "result")  # JSON text: cut narrower than other columns
 
 
 class Journals:
@@ -165,14 +165,14 @@ class Journals:
         )
 
     def _repr_html_(self) -> str:
-        """The runs table, one line per run (a wide table scrolls sideways rather than
-        wrapping run ids over three lines), every missing value shown as one mark."""
-        title = html.escape(repr(self)[1:-1])
-        runs = self.runs
-        shown = runs.astype(object).where(runs.notna(), float("nan"))  # <NA>, NaT, None alike
-        table = shown.to_html(index=False, max_rows=50, na_rep=_MISSING_MARK)
-        table = table.replace("<table", "<table style='white-space:nowrap'", 1)
-        return f"<div><p><b>{title}</b></p><div style='overflow-x:auto'>{table}</div></div>"
+        """The runs table, one line per run: JSON and long text cut with an ellipsis (the
+        whole value on hover), the first and last runs of a long table (pandas' display
+        options), every missing value one mark; a wide table scrolls sideways."""
+        return frame_html(self.runs, title=repr(self)[1:-1], json_columns=_JSON_COLUMNS)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """In IPython, as text: the summary line, then the runs table cut as in HTML."""
+        printer.text(frame_text(self.runs, title=repr(self), json_columns=_JSON_COLUMNS))
 
     # -- for lineage, compare and the widgets ----------------------------------------------
 

@@ -5,8 +5,11 @@ ends, so its bar runs from `timestamp - duration_ms` to `timestamp`. A suspend i
 pale bar up to the resume that ends it (or to the run's last entry), so waiting for a human
 shows as a gap in the work. A step also gets a tick 2 px wide where it ended (a wait, where it
 began): a bar is as long as the step took, and a step of microseconds in a run of minutes
-would otherwise be far below a pixel wide, drawing nothing. Bars are coloured by step name;
-a tooltip gives the run, the step id, its name and its duration.
+would otherwise be far below a pixel wide, drawing nothing. Bars are coloured by step name,
+no colour used twice; past nine names, by kind (step, model call, sleep, parallel), the name
+in the tooltip, which gives the run, the step id, its name and its duration. The chart's
+height is bounded: more than 40 runs are shown 40 at a time, a slider picking the page. With
+nothing to draw, the chart says so ("no runs").
 
 `timeline` returns a `Timeline`: `.chart` is the `altair.Chart`; in a notebook it shows as a
 Vega-Lite v5 spec (`application/vnd.vegalite.v5+json`), which JupyterLab and VS Code draw with
@@ -32,7 +35,13 @@ __all__ = ["Timeline", "bars", "timeline"]
 
 _HINT = 'kx.timeline needs altair: pip install "kassette[explore]"'
 _ROW_HEIGHT = 18  # px per run
-_MAX_HEIGHT = 9000  # px: past this, rows get thinner rather than the chart taller
+_PAGE = 40  # runs a page shows: the chart is never taller than 40 rows (720 px)
+# Vega's tableau10 without its grey (a wait's colour): nine hues told apart at a glance. More
+# step names than that and colours would repeat, so the bars are coloured by kind instead.
+_PALETTE = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2",
+            "#ff9da6", "#9d755d"]  # fmt: skip
+_KINDS = {"step": "#4c78a8", "model call": "#f58518", "sleep": "#72b7b2", "parallel": "#b279a2"}
+_WAIT, _WAIT_BEGINS = "#bbbbbb", "#999999"
 _MIME = "application/vnd.vegalite.v5+json"  # what JupyterLab 4 and VS Code render built in
 _SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 
@@ -43,8 +52,9 @@ def timeline(
     """A chart of each run's steps on a time axis (all runs, or `run_ids` in that order).
 
     Returns a `Timeline` (display it; `.chart` is the `altair.Chart`, to save or change).
-    Bars are coloured by step name, suspends are pale bars up to their resume, and
-    tooltips name the step and its duration.
+    Bars are coloured by step name (by kind, the name on hover, past nine names), suspends
+    are pale bars up to their resume, and tooltips name the step and its duration. More than
+    40 runs are shown 40 at a time, with a page slider above the chart.
     """
     try:
         import altair as alt
@@ -58,10 +68,20 @@ def timeline(
                 raise RunNotFoundError(f"run {run_id} is not in these journals", run_id=run_id)
     order = wanted if wanted is not None else journals.run_ids
     records = bars(journals, order)
-    rows = max(1, len(order))
-    band = max(3, min(_ROW_HEIGHT, _MAX_HEIGHT // rows))
-    data = alt.InlineData(values=records)  # inline values: no row limit, none changed
-    base = alt.Chart(data)
+    if not records:
+        return Timeline(_message(alt, order, width), records, len(order))
+    pages = -(-len(order) // _PAGE)
+    band = _ROW_HEIGHT
+    base = alt.Chart(alt.InlineData(values=records))  # inline values: no row limit, none changed
+    page = None
+    if pages > 1:  # a slider picks the page; the rows of the others are filtered out
+        page = alt.param(
+            name="page",
+            value=1,
+            bind=alt.binding_range(min=1, max=pages, step=1, name=f"page (of {pages}) "),
+        )
+        shown = f"datum.row >= (page - 1) * {_PAGE} && datum.row < page * {_PAGE}"
+        base = base.transform_filter(shown)
     tooltip = [
         alt.Tooltip("run_id:N", title="run"),
         alt.Tooltip("step_id:N", title="step id"),
@@ -74,42 +94,64 @@ def timeline(
     y = alt.Y("run_id:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
     scale = alt.Scale(padding=6)  # px: a tick at either end of the time axis shows whole
     x = alt.X("start:T", title="time (UTC)", axis=alt.Axis(format="%H:%M:%S"), scale=scale)
-    color = alt.Color("name:N", title="step", legend=alt.Legend(symbolLimit=30))
-    kind = {"step": alt.datum.kind == "step", "wait": alt.datum.kind == "suspended"}
+    color = _colors(alt, records)
+    work, wait = alt.datum.kind != "suspended", alt.datum.kind == "suspended"
     steps = (
-        base.mark_bar(size=max(2, band - 4))
+        base.mark_bar(size=band - 4)
         .encode(x=x, x2="end:T", y=y, color=color, tooltip=tooltip)
-        .transform_filter(kind["step"])
+        .transform_filter(work)
     )
     # A bar is as long as its step took: a step of microseconds in a run of minutes is far
     # below a pixel wide. So each step also gets a tick 2 px wide where it ended, and each
     # wait one where it began, visible at any zoom (a bar never drawn wider than it was).
     ends = (
-        base.mark_tick(thickness=2, size=max(2, band - 4), opacity=1)
+        base.mark_tick(thickness=2, size=band - 4, opacity=1)
         .encode(x=alt.X("end:T", scale=scale), y=y, color=color, tooltip=tooltip)
-        .transform_filter(kind["step"])
+        .transform_filter(work)
     )
     waits = (
-        base.mark_bar(size=max(1, band // 3), color="#bbbbbb", opacity=0.7)
+        base.mark_bar(size=band // 3, color=_WAIT, opacity=0.7)
         .encode(x=x, x2="end:T", y=y, tooltip=tooltip)
-        .transform_filter(kind["wait"])
+        .transform_filter(wait)
     )
     begins = (
-        base.mark_tick(thickness=2, size=max(1, band // 3), color="#999999", opacity=1)
+        base.mark_tick(thickness=2, size=band // 3, color=_WAIT_BEGINS, opacity=1)
         .encode(x=alt.X("start:T", scale=scale), y=y, tooltip=tooltip)
-        .transform_filter(kind["wait"])
+        .transform_filter(wait)
     )
-    chart = (
-        alt.layer(waits, begins, steps, ends)
-        .properties(width=width, height=alt.Step(band), title="steps over time")
-        .interactive(bind_y=False)
+    title = "steps over time" + (f": {len(order)} runs, {_PAGE} a page" if page else "")
+    chart = alt.layer(waits, begins, steps, ends).properties(
+        width=width, height=alt.Step(band), title=title
     )
-    return Timeline(chart, records, len(order))
+    if page is not None:
+        chart = chart.add_params(page)
+    return Timeline(chart.interactive(bind_y=False), records, len(order))
+
+
+def _colors(alt: Any, records: list[dict[str, Any]]) -> Any:
+    """Each step name its own colour, none repeated; past the palette, a colour per kind."""
+    names = sorted({bar["name"] for bar in records if bar["kind"] != "suspended"})
+    if len(names) <= len(_PALETTE):
+        scale = alt.Scale(domain=names, range=_PALETTE[: len(names)])
+        return alt.Color("name:N", title="step", scale=scale, legend=alt.Legend(symbolLimit=0))
+    kinds = [kind for kind in _KINDS if any(bar["kind"] == kind for bar in records)]
+    scale = alt.Scale(domain=kinds, range=[_KINDS[kind] for kind in kinds])
+    title = f"kind ({len(names)} step names: hover a bar)"
+    return alt.Color("kind:N", title=title, scale=scale)
+
+
+def _message(alt: Any, order: list[str], width: int) -> Any:
+    """A chart that says there is nothing to draw, rather than an empty strip."""
+    text = "no runs" if not order else f"no steps in {len(order)} run{'s' * (len(order) != 1)}"
+    data = alt.InlineData(values=[{"message": text}])
+    mark = alt.Chart(data).mark_text(fontSize=14, color="#666666")
+    return mark.encode(text="message:N").properties(width=width, height=40, title="steps over time")
 
 
 def bars(journals: Journals, run_ids: list[str]) -> list[dict[str, Any]]:
-    """One record per step (and per suspension) of `run_ids`: run_id, step_id, name, kind
-    ("step" or "suspended"), start and end (ISO text, UTC), duration_s."""
+    """One record per step (and per suspension) of `run_ids`: run_id, row (the run's place in
+    `run_ids`), step_id, name, kind ("step", "model call", "sleep", "parallel", or "suspended"
+    for a suspension), start and end (ISO text, UTC), duration_s."""
     entries = journals.to_arrow("entries")
     wanted = pa.array(run_ids, pa.string())
     rows = entries.filter(
@@ -117,36 +159,46 @@ def bars(journals: Journals, run_ids: list[str]) -> list[dict[str, Any]]:
             pc.is_in(entries.column("run_id"), wanted),
             pc.is_in(entries.column("type"), pa.array(["step", "suspend", "resume"])),
         )
-    ).select(["run_id", "type", "timestamp", "step_id", "name", "event", "duration_ms"])
+    ).select(["run_id", "offset", "type", "timestamp", "step_id", "name", "kind", "event",
+              "duration_ms"])  # fmt: skip
+    calls = journals.to_arrow("llm_calls").select(["run_id", "offset"]).to_pylist()
+    models = {(call["run_id"], call["offset"]) for call in calls}
+    place = {run_id: number for number, run_id in enumerate(run_ids)}
     last = _last_times(entries, wanted)
     records: list[dict[str, Any]] = []
     waiting: dict[tuple[str, str | None], Any] = {}
     columns = [rows.column(name).to_pylist() for name in rows.column_names]
-    for run_id, kind, stamp, step_id, name, event, duration in zip(*columns, strict=True):
+    for run_id, offset, entry, stamp, step_id, name, kind, event, duration in zip(
+        *columns, strict=True
+    ):
         if stamp is None:
             continue
-        if kind == "step":
+        if entry == "step":
             seconds = (duration or 0.0) / 1000
+            what = "model call" if (run_id, offset) in models else kind or "step"
             start = stamp.timestamp() - seconds
-            records.append(_bar(run_id, step_id, name or step_id, "step", start, stamp, seconds))
-        elif kind == "suspend":
+            records.append(
+                _bar(run_id, place[run_id], step_id, name or step_id, what, start, stamp, seconds)
+            )
+        elif entry == "suspend":
             waiting[run_id, event or step_id] = stamp
         else:
             began = waiting.pop((run_id, event or step_id), None)
             if began is not None:
-                records.append(_wait(run_id, event or step_id, began, stamp))
+                records.append(_wait(run_id, place[run_id], event or step_id, began, stamp))
     for (run_id, event), began in waiting.items():  # still waiting: up to the last entry
         end = last.get(run_id, began)
-        records.append(_wait(run_id, event, began, max(end, began)))
+        records.append(_wait(run_id, place[run_id], event, began, max(end, began)))
     return records
 
 
 def _bar(
-    run_id: str, step_id: str | None, name: str | None, kind: str, start: float, end: Any,
-    seconds: float,
+    run_id: str, row: int, step_id: str | None, name: str | None, kind: str, start: float,
+    end: Any, seconds: float,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "run_id": run_id,
+        "row": row,
         "step_id": step_id,
         "name": name,
         "kind": kind,
@@ -156,9 +208,9 @@ def _bar(
     }
 
 
-def _wait(run_id: str, event: str | None, began: Any, ended: Any) -> dict[str, Any]:
+def _wait(run_id: str, row: int, event: str | None, began: Any, ended: Any) -> dict[str, Any]:
     seconds = (ended - began).total_seconds()
-    return _bar(run_id, event, f"(waiting: {event})", "suspended", began.timestamp(), ended,
+    return _bar(run_id, row, event, f"(waiting: {event})", "suspended", began.timestamp(), ended,
                 seconds)  # fmt: skip
 
 
@@ -200,6 +252,9 @@ class Timeline:
         return {_MIME: self.to_dict(), "text/plain": repr(self)}
 
     def __repr__(self) -> str:
-        steps = sum(bar["kind"] == "step" for bar in self.bars)
-        waits = len(self.bars) - steps
-        return f"Timeline: {self.runs} runs, {steps} steps, {waits} waits"
+        if not self.runs:
+            return "Timeline: no runs"
+        waits = sum(bar["kind"] == "suspended" for bar in self.bars)
+        steps = len(self.bars) - waits
+        pages = f", {_PAGE} a page" if self.runs > _PAGE else ""
+        return f"Timeline: {self.runs} runs, {steps} steps, {waits} waits{pages}"

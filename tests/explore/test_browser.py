@@ -319,6 +319,7 @@ journals""".replace("RUNS", str(MANY_RUNS)),
 
 TIMELINE_NOTEBOOK = "timeline.ipynb"
 TIMELINE_RUNS = 500
+TIMELINE_PAGE = 40  # runs kx.timeline shows at once
 
 
 def timeline_notebook(path: Path) -> None:
@@ -698,7 +699,8 @@ INKED = """svg => {
 
 def test_a_timeline_of_500_runs_draws_its_bars(lab: Lab, tmp_path: Path) -> None:
     """kx.timeline draws, with JupyterLab's own Vega-Lite renderer, a visible mark for every
-    step (steps of 50 us included) and every wait of 500 runs, and a tooltip naming the step."""
+    step (steps of 50 us included) and every wait of a page of runs (40 of 500: the chart's
+    height is bounded), a tooltip naming the step, and a slider that shows the other pages."""
     panel = lab.run(TIMELINE_NOTEBOOK)
     no_widget_errors(lab, TIMELINE_NOTEBOOK, panel)
     expect(panel.locator(".vega-embed canvas")).to_have_count(1, timeout=WAIT)
@@ -707,9 +709,11 @@ def test_a_timeline_of_500_runs_draws_its_bars(lab: Lab, tmp_path: Path) -> None
     fills = svg.evaluate(INKED)
     waits = fills.pop("#999999", 0)  # where each wait began (its pale bar may be thinner)
     fills.pop("#bbbbbb", None)
-    assert waits >= TIMELINE_RUNS, fills
+    assert waits >= TIMELINE_PAGE, fills
     assert len(fills) == 3, fills  # one colour per step name: plan, draft, ship
-    assert all(count >= TIMELINE_RUNS for count in fills.values()), fills
+    assert all(count >= TIMELINE_PAGE for count in fills.values()), fills
+    drawn = svg.bounding_box()
+    assert drawn is not None and drawn["height"] < 1000, drawn  # 40 rows, not 500
     path = svg.locator("g.mark-rect path").last
     path.scroll_into_view_if_needed()
     box = path.bounding_box()
@@ -719,6 +723,13 @@ def test_a_timeline_of_500_runs_draws_its_bars(lab: Lab, tmp_path: Path) -> None
     expect(tooltip).to_contain_text("step id", timeout=WAIT)
     expect(tooltip).to_contain_text("seconds")
     lab.page.mouse.move(0, 0)
+    labels = svg.locator("g.role-axis-label text")
+    expect(labels.filter(has_text="run-000")).to_have_count(1)
+    expect(labels.filter(has_text="run-499")).to_have_count(0)
+    slider = panel.locator(".vega-bind input[type=range]").last  # the SVG chart's
+    slider.evaluate("input => { input.value = input.max; input.dispatchEvent(new Event('input')) }")
+    expect(labels.filter(has_text="run-499")).to_have_count(1)
+    expect(labels.filter(has_text="run-000")).to_have_count(0)
     for number, chart in enumerate(panel.locator(".vega-embed").all()):
         chart.screenshot(path=tmp_path / f"timeline-{number}.png")
     print(f"screenshots: {tmp_path}")

@@ -7,6 +7,10 @@ replace docs/images/*.png (kept small: PNGs at one device pixel per CSS pixel, e
 300 KB), otherwise they go to the test's temporary directory:
 
     KASSETTE_DOCS_IMAGES=1 .venv/bin/python -m pytest tests/explore/test_browser_pictures.py
+
+The `journals` table of 22 runs is measured on the page (one line per run, the whole table on
+one screen), and so is a timeline of 500 runs (its height bounded); their screenshots go to the
+test's temporary directory, to be looked at.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ MAX_IMAGE_BYTES = 300_000
 STORE_NOTEBOOK = "demo-store.ipynb"
 FAN_OUT = 20
 BRANCHES = [f"support-1.draft-reply.{number}" for number in range(FAN_OUT)]
+TABLE_NOTEBOOK = "journals-table.ipynb"
+TABLE_RUNS = 22
+SCREEN = 1000  # px: the page's height (test_browser's viewport)
 
 
 def store_notebook(path: Path) -> None:
@@ -43,6 +50,31 @@ write(Path("demo-store"))
 journals = kx.load("demo-store")""",
         'kx.RunTree(journals, selected="support-1.draft-reply.7")',
         f"kx.CompareView(journals, ['support-1', *{BRANCHES!r}])",
+    ]
+    write_notebook(path, cells)
+
+
+def table_notebook(path: Path) -> None:
+    """22 runs whose input and result are long JSON, shown as a cell's value."""
+    cells = [
+        f"""\
+from kassette import MemoryStorage, kassette
+from kassette import explore as kx
+
+storage = MemoryStorage()
+answer = "The export stopped because the credentials were rotated on Tuesday. " * 6
+
+
+@kassette(storage=storage, version="support-v1")
+def support(ctx, ticket):
+    reply = ctx.step("draft", lambda: {{"text": answer, "ticket": ticket}})
+    return {{"reply": reply["text"], "words": len(reply["text"].split())}}
+
+
+for number in range({TABLE_RUNS}):
+    support.start({{"question": f"ticket {{number}}: " + answer}}, run_id=f"ticket-{{number:02d}}")
+journals = kx.load(storage)
+journals""",
     ]
     write_notebook(path, cells)
 
@@ -81,3 +113,22 @@ def test_the_demo_store_in_a_run_tree_and_a_compare_view(lab: Lab, tmp_path: Pat
     directory = IMAGES if os.environ.get("KASSETTE_DOCS_IMAGES") == "1" else tmp_path
     save(tree, directory / "run-tree.png")
     save(compare, directory / "compare-view.png")
+
+
+def test_the_journals_table_of_22_runs_fits_on_one_screen(lab: Lab, tmp_path: Path) -> None:
+    table_notebook(lab.root / TABLE_NOTEBOOK)
+    panel = run_cells(lab, TABLE_NOTEBOOK, 1)
+    output = panel.locator(".jp-OutputArea-output").first
+    expect(output).to_contain_text(f"Journals: {TABLE_RUNS} runs", timeout=CELL_TIMEOUT)
+    rows = output.locator("tbody tr")
+    expect(rows).to_have_count(TABLE_RUNS)
+    save(output, tmp_path / "journals-table.png")
+    heights = rows.evaluate_all("rows => rows.map(row => row.getBoundingClientRect().height)")
+    assert max(heights) < 2 * min(heights) < 60, heights  # one line each, none wrapped
+    box = output.bounding_box()
+    assert box is not None
+    assert box["height"] < SCREEN, box
+    cut = output.locator("td[title]").first  # a JSON cell cut short, whole on hover
+    title = cut.get_attribute("title")
+    assert title is not None and title.startswith('{"question"'), title
+    assert cut.inner_text().endswith("\u2026") and len(cut.inner_text()) < len(title)

@@ -211,8 +211,8 @@ def test_repr_and_html(scenario: Scenario) -> None:
     )
     page = journals._repr_html_()
     assert "<table" in page and "single" in page and "suspended" in page
-    assert "<table style='white-space:nowrap'" in page and "overflow-x:auto" in page  # wide
-    cells = re.findall(r"<td>(.*?)</td>", page)
+    assert "style='white-space:nowrap'" in page and "overflow-x:auto" in page  # wide
+    cells = re.findall(r"<td style='white-space:nowrap'(?: title='[^']*')?>(.*?)</td>", page)
     assert "\u2013" in cells  # an en dash: the one missing-value mark, whatever the column's type
     assert not {"NaN", "None", "<NA>", "NaT", "&lt;NA&gt;", ""} & set(cells)
     assert repr(kx.load(MemoryStorage())) == "<Journals: 0 runs, 0 entries>"

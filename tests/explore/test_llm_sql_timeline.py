@@ -159,22 +159,22 @@ def test_timeline_marks_encode_fields_the_data_has(storage: MemoryStorage) -> No
     spec = kx.timeline(kx.load(storage)).to_dict()
     records = values(spec)
     layers = {
-        (layer["mark"]["type"], layer["transform"][0]["filter"]): layer for layer in spec["layer"]
+        (layer["mark"]["type"], layer["transform"][-1]["filter"]): layer for layer in spec["layer"]
     }
     assert sorted(mark for mark, _ in layers) == ["bar", "bar", "tick", "tick"]
     for (mark, rule), layer in layers.items():
-        kind = "step" if "'step'" in rule else "suspended"
+        waits = "===" in rule  # the others are what is not a wait
         encoding = layer["encoding"]
         fields = ["x", "y"] + (["x2"] if mark == "bar" else [])
         assert encoding["x"]["type"] == "temporal" and encoding["y"]["type"] == "nominal"
-        mine = [record for record in records if record["kind"] == kind]
-        assert mine, kind
+        mine = [record for record in records if (record["kind"] == "suspended") == waits]
+        assert mine, rule
         for channel in fields:
             field = encoding[channel]["field"]
             assert all(isinstance(record[field], str) and record[field] for record in mine)
         for record in mine:
             assert datetime.fromisoformat(record["start"]) <= datetime.fromisoformat(record["end"])
-    tick = layers["tick", "(datum.kind === 'step')"]
+    tick = layers["tick", "(datum.kind !== 'suspended')"]
     assert tick["encoding"]["x"]["field"] == "end" and tick["mark"]["thickness"] >= 2
 
 
@@ -189,3 +189,68 @@ def test_timeline_of_500_runs_keeps_the_global_row_limit() -> None:
     assert json.dumps(spec)  # serialisable as it is
     assert alt.data_transformers.options.get("max_rows", 5000) == 5000  # left alone
     assert len(spec["layer"][0]["encoding"]["y"]["sort"]) == 500
+    assert repr(chart) == "Timeline: 500 runs, 7500 steps, 500 waits, 40 a page"
+
+
+def shown_rows(spec: dict[str, Any], page: int) -> set[str]:
+    """The runs a page shows: the records the page filter of every layer keeps."""
+    pages = [layer["transform"][0]["filter"] for layer in spec["layer"]]
+    assert len(set(pages)) == 1 and "page" in pages[0]
+    expression = pages[0].replace("&&", "and").replace("datum.row", "row")
+    return {
+        record["run_id"]
+        for record in values(spec)
+        if eval(expression, {"page": page, "row": record["row"]})  # the filter, as Python
+    }
+
+
+def test_a_timeline_of_500_runs_shows_40_a_page_with_a_slider() -> None:
+    """The chart's height is bounded: 40 rows, whatever the number of runs."""
+    storage = MemoryStorage()
+    for run in range(500):
+        storage.append(f"r{run:03d}", journal(STEPS, start=1.767e9 + run), token=None)
+    journals = kx.load(storage)
+    spec = kx.timeline(journals).to_dict()
+    (param,) = [param for param in spec["params"] if param["name"] == "page"]
+    assert param["value"] == 1 and param["bind"]["input"] == "range"
+    assert (param["bind"]["min"], param["bind"]["max"]) == (1, 13)  # 500 runs, 40 a page
+    assert spec["height"] == {"step": 18}  # px per row: at most 40 rows drawn at once
+    first, last = shown_rows(spec, 1), shown_rows(spec, 13)
+    assert first == {f"r{run:03d}" for run in range(40)}
+    assert last == {f"r{run:03d}" for run in range(480, 500)}
+    assert set().union(*(shown_rows(spec, page) for page in range(1, 14))) == set(journals.run_ids)
+    few = kx.timeline(journals, journals.run_ids[:40]).to_dict()
+    assert all(param["name"] != "page" for param in few["params"])
+    assert all(len(layer["transform"]) == 1 for layer in few["layer"])
+
+
+def test_each_step_name_has_its_own_colour_or_bars_are_coloured_by_kind() -> None:
+    storage = MemoryStorage()
+    storage.append("calls", journal(STEPS), token=None)
+    spec = kx.timeline(kx.load(storage)).to_dict()
+    color = spec["layer"][2]["encoding"]["color"]
+    names = sorted(name for name, _ in STEPS)
+    assert color["field"] == "name" and color["scale"]["domain"] == names
+    assert len(set(color["scale"]["range"])) == len(names)  # none repeats
+    assert not {"#bbbbbb", "#999999"} & set(color["scale"]["range"])  # a wait's greys
+    many = [(f"tool-{number}", {"n": number}) for number in range(12)] + STEPS[:1]
+    storage.append("busy", journal(many), token=None)
+    chart = kx.timeline(kx.load(storage), ["busy"])
+    color = chart.to_dict()["layer"][2]["encoding"]["color"]
+    assert color["field"] == "kind" and color["scale"]["domain"] == ["step", "model call"]
+    assert len(set(color["scale"]["range"])) == 2
+    kinds = {bar["name"]: bar["kind"] for bar in chart.bars}
+    assert kinds["chat.completions.create"] == "model call" and kinds["tool-3"] == "step"
+    tooltip = [item["field"] for item in chart.to_dict()["layer"][2]["encoding"]["tooltip"]]
+    assert "name" in tooltip  # the name on hover
+
+
+def test_a_timeline_with_nothing_to_draw_says_so(storage: MemoryStorage) -> None:
+    empty = kx.timeline(kx.load(MemoryStorage()))
+    assert repr(empty) == "Timeline: no runs"
+    spec = empty._repr_mimebundle_()["application/vnd.vegalite.v5+json"]
+    assert spec["mark"]["type"] == "text" and values(spec) == [{"message": "no runs"}]
+    only_starts = MemoryStorage()
+    only_starts.append("new", journal([])[: journal([]).index(b"\n") + 1], token=None)
+    spec = kx.timeline(kx.load(only_starts)).to_dict()
+    assert values(spec) == [{"message": "no steps in 1 run"}]
