@@ -30,7 +30,7 @@ import contextlib
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kassette.errors import (
@@ -152,6 +152,30 @@ class S3Storage:
                     if slash and name == HEAD and is_run_id(run_id):
                         run_ids.append(run_id)
         yield from sorted(run_ids)
+
+    def run_stamps(self, run_ids: Iterable[str] | None = None) -> dict[str, object]:
+        """Each run's journal objects (its head and chunks) with their ETags, from listings
+        alone (`kassette.storage.RunStamps`): every append puts one of them, so its ETag moves.
+        All runs cost one listing (1,000 keys a request); `run_ids`, one listing each."""
+        base = f"{self.prefix}/" if self.prefix else ""
+        wanted = None if run_ids is None else [validate_run_id(run_id) for run_id in run_ids]
+        prefixes = [base] if wanted is None else [f"{base}{run_id}/" for run_id in wanted]
+        found: dict[str, list[tuple[str, str]]] = {}
+        for prefix in prefixes:
+            with self._boundary("list runs in", None, prefix):
+                pages = self._client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix
+                )
+                for page in pages:
+                    for item in page.get("Contents", []):
+                        run_id, slash, name = item.get("Key", "")[len(base) :].partition("/")
+                        if slash and (name == HEAD or name.startswith(CHUNKS)):
+                            found.setdefault(run_id, []).append((name, item.get("ETag", "")))
+        return {
+            run_id: tuple(sorted(objects))
+            for run_id, objects in sorted(found.items())
+            if is_run_id(run_id) and any(name == HEAD for name, _ in objects)
+        }
 
     def lock(self, run_id: str, session: int) -> contextlib.AbstractContextManager[None]:
         validate_run_id(run_id)

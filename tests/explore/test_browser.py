@@ -261,7 +261,8 @@ MANY_RUNS = 10_000
 
 
 def many_notebook(path: Path) -> None:
-    """A notebook with a 20-branch fan-out made by forking, and a 10,000-run forest written
+    """A notebook with a 20-branch fan-out made by forking (params on every fork, forks of forks
+    at depth 2, multi-sentence reviews, one fork edited), and a 10,000-run forest written
     straight to journal files (500 tasks forked 19 times each), each shown in a RunTree."""
     cells = [
         """\
@@ -269,18 +270,29 @@ from kassette import LocalStorage, kassette
 from kassette import explore as kx
 
 few = LocalStorage("few")
+REVIEW = (
+    "The tokenizer now owns every regular expression, so the grammar reads tokens only. "
+    "Two error messages lost their line numbers; restore them before merging. "
+    "The fuzz test found no crash in 10,000 inputs."
+)
 
 
 @kassette(storage=few, version="coder-v1")
 def coder(ctx, temperature):
-    plan = ctx.step("plan", lambda: "plan: split the parser into tokenizer and grammar")
-    code = ctx.step("implement", lambda: f"code at temperature {temperature}\\n" * 12)
-    return ctx.step("test", lambda: {"passed": int(temperature * 10) % 4, "of": 4})
+    heat = ctx.params.get("temperature", temperature)
+    plan = ctx.step("plan", lambda: "split the parser")
+    code = ctx.step("implement", lambda: f"code at temperature {heat}\\n" * 12)
+    review = ctx.step("review", lambda: {"verdict": REVIEW, "score": round(1 - heat / 2, 2)})
+    return ctx.step("test", lambda: {"passed": int(heat * 10) % 4, "of": 4})
 
 
 coder.start(0.0, run_id="task")
-for branch in range(20):
-    coder.fork("task", step="implement", new_run_id=f"task-b{branch:02d}")
+prompt = "You are a senior Python reviewer: prefer small diffs and name every risk you see."
+for branch in range(19):
+    source, step = ("task", "implement") if branch < 10 else (f"task-b{branch - 10:02d}", "review")
+    params = {"temperature": round(0.05 * branch, 2), "system_prompt": prompt}
+    coder.fork(source, step=step, new_run_id=f"task-b{branch:02d}", params=params)
+coder.fork("task", step="review", new_run_id="task-b19", result={"verdict": "ship it", "score": 1})
 small = kx.RunTree(kx.load(few), selected="task-b07")
 small""",
         """\
@@ -655,9 +667,19 @@ def test_a_run_tree_of_10000_runs_draws_in_one_model(lab: Lab, tmp_path: Path) -
     small = trees.first
     expect(small.locator(".kassette-node")).to_have_count(21)
     expect(node(small, "task-b07")).to_have_class(SELECTED)
-    small.locator(".kx-details .kx-long").first.click()  # a long value unfolds, newlines kept
+    implement = small.locator(".kx-details tbody tr", has_text="implement")
+    implement.locator(".kx-long").click()  # a long value unfolds, newlines kept
     expect(small.locator(".kx-full").first).to_contain_text("code at temperature")
     small.screenshot(path=tmp_path / "tree-20-branches.png")
+    small.locator(".kx-details").evaluate("d => { d.scrollTop = d.scrollHeight; }")
+    small.locator(".kx-search").fill("b19")
+    node(small, "task-b19").click()  # the edited fork: its edited entry marked, panel at top
+    expect(small.locator(".kx-details p b").first).to_have_text("task-b19")
+    expect(small.locator(".kx-entries tr.kx-edited-row")).to_have_count(1)
+    expect(small.locator(".kx-entries tr.kx-edited-row")).to_contain_text("review")
+    assert small.locator(".kx-details").evaluate("d => d.scrollTop") == 0
+    small.screenshot(path=tmp_path / "tree-20-branches-edited.png")
+    small.locator(".kx-search").fill("")
     expect(panel.locator(".jp-OutputArea-output").nth(1)).to_contain_text(
         "Journals: 10000 runs", timeout=CELL_TIMEOUT
     )

@@ -370,6 +370,26 @@ def test_a_writer_of_a_deleted_run_never_adds_to_a_later_run_of_the_same_id(
     assert [e["type"] for e in journal.entries] == ["start", *["step"] * 5, "complete"]
 
 
+def test_a_chunked_runs_stamp_moves_with_every_append_and_with_nothing_else(
+    s3_client: Any, bucket: str
+) -> None:
+    """`run_stamps` lists the head and the chunks with their ETags: each append moves the
+    run's stamp (a chunk sealed or the head put), an object beside the run does not."""
+    storage = Chunky(bucket, "p", client=s3_client)
+    seen = []
+    with open_run(storage, "long", metadata=None) as run:
+        for number in range(12):
+            run.record(f"step-{number}", lambda: "x" * 40)
+            stamps = storage.run_stamps()
+            assert list(stamps) == ["long"] and stamps == storage.run_stamps(["long", "gone"])
+            seen.append(stamps["long"])
+    assert any("/journal/" in key for key in object_keys(s3_client, bucket))  # it chunked
+    assert len(set(seen)) == len(seen)  # a new stamp after each append
+    before = storage.run_stamps()
+    storage.write_object("long", "notes/a.md", b"beside the journal")
+    assert storage.run_stamps() == before
+
+
 @pytest.mark.parametrize("name", [HEAD, "journal/00000001.jsonl", "journal/x"])
 def test_object_names_inside_the_journal_are_refused(
     name: str, s3_client: Any, bucket: str

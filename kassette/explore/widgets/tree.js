@@ -339,7 +339,7 @@ function render({ model, el }) {
           h("td", {}, e.session),
           h("td", { class: "kx-time" }, e.time),
           h("td", {}, e.type),
-          h("td", {}, e.id, e.edited ? h("span", { class: "kx-edited" }, "✎ edited") : null),
+          h("td", {}, e.id, e.edited ? h("div", { class: "kx-edited" }, "✎ edited") : null), // below: the column stays narrow
           valueCell(e.value),
         ),
       ),
