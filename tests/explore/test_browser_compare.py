@@ -80,7 +80,8 @@ def journal(run_id, branch, temperature):
     lines = [("start", {"metadata": {"incident": "INC-4821"}}),
              ("step", {"stepId": "plan", "name": "plan", "result": "summarise for customers"})]
     if branch >= 0:
-        lines.append(("start", {"source": {"runId": "draft", "fromOffset": 2}}))
+        source = {"runId": "draft", "fromOffset": 2}
+        lines.append(("start", {"source": source, "params": {"temperature": temperature}}))
     lines += [("step", {"stepId": "chat.completions.create", "name": "chat.completions.create",
                         "result": completion(branch + 1, text), "call": call,
                         "durationMs": 700.0 + branch}),
@@ -107,9 +108,9 @@ wide""".replace("BRANCHES", str(ANSWER_BRANCHES)),
 
 
 # The cells of a CompareView whose content does not fit: clipped, or scrolled inside the cell.
-CLIPPED = """view => [...view.querySelectorAll('tbody td, tbody td > .kx-answer')]
+CLIPPED = """view => [...view.querySelectorAll('tbody td, tbody td > .kx-answer, .kx-name')]
   .filter(box => box.scrollHeight > box.clientHeight + 1 || box.scrollWidth > box.clientWidth + 1)
-  .map(box => box.closest('tr').dataset.run || box.closest('tr').dataset.step)"""
+  .map(box => `${box.className}: ${box.textContent.slice(0, 40)}`)"""
 SIDEWAYS = """view => {
   const box = view.querySelector('.kx-scroll');
   return [box.scrollWidth, box.clientWidth];
@@ -137,6 +138,7 @@ def test_compare_view_shows_20_model_call_answers_whole(lab: Lab, tmp_path: Path
         assert text.count(". ") >= 3, text  # four sentences, as written: no envelope
     row = wide.locator('tr[data-run="draft.t00"]')
     expect(row.locator(".kx-note")).to_have_text(["temperature 0.2 → 0.3"])
+    expect(row.locator(".kx-params")).to_have_text("temperature=0.3")  # the branch's params
     expect(wide.locator(".kx-fold")).to_have_text(
         [re.compile("1 step alike in every branch: plan"), re.compile("1 step alike .*publish")]
     )

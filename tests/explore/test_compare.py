@@ -382,3 +382,21 @@ def test_a_fan_out_of_a_model_call_compares_its_answers() -> None:
     assert frame.attrs["first_divergence"] == "draft"
     raw = branches.compare(values="json").loc["draft", "root"]
     assert json.loads(raw)["object"] == "chat.completion"
+
+
+def test_each_branch_is_headed_by_its_params() -> None:
+    storage = MemoryStorage()
+
+    @kassette(storage=storage, clock=FakeClock())
+    def agent(ctx: Any, ticket: int) -> str:
+        temperature = ctx.params.get("temperature", 0.0)
+        return str(ctx.step("draft", lambda: f"draft at {temperature}"))
+
+    agent.start(7, run_id="root")
+    sweep = [{"temperature": 0.2}, {"temperature": 1.3, "top_p": 0.9}]
+    branches = kx.fan_out(agent, "root", step="draft", params=sweep)
+    view = kx.CompareView(kx.load(storage), ["root", *branches.run_ids])
+    assert view.params == {
+        branches.run_ids[0]: "temperature=0.2",
+        branches.run_ids[1]: "temperature=1.3, top_p=0.9",
+    }  # the root has none

@@ -53,7 +53,7 @@ def rows(
     journals: Journals, lineage: Lineage, colors: Mapping[str, str]
 ) -> tuple[dict[str, list[Any]], dict[str, TreeNode]]:
     """The forest as columns for the browser, and the same runs as `TreeNode`s by run id."""
-    params = _params(journals)
+    params = params_text(journals)
     ids: list[str] = []
     labels: list[str] = []
     statuses: list[str] = []
@@ -112,7 +112,7 @@ def node_label(node: RunNode) -> str:
     return f"{node.run_id} · @{node.fork_offset} · {steps}"
 
 
-def _params(journals: Journals) -> dict[str, str]:
+def params_text(journals: Journals) -> dict[str, str]:
     """`k=v, ...` for runs with a `params` column value (a fan-out's branch parameters)."""
     runs = journals.to_arrow("runs")
     if "params" not in runs.column_names:

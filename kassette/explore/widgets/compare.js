@@ -32,6 +32,11 @@ function wordDiff(pairs) {
   );
 }
 
+// a run id that may break after its separators (a fan-out's `prefix.7` keeps its number)
+function breakable(name) {
+  return name.split(/(?<=[.\-_/])/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
 function plural(count, word) {
   return `${count} ${word}${count === 1 ? "" : "s"}`;
 }
@@ -78,6 +83,7 @@ function render({ model, el }) {
   function draw() {
     const steps = model.get("steps") || [];
     const runs = model.get("runs") || [];
+    const params = model.get("params") || {};
     const cells = model.get("cells") || {};
     const diffs = model.get("diffs") || {};
     const differs = model.get("differs") || {};
@@ -157,7 +163,8 @@ function render({ model, el }) {
       return h(
         tag,
         { class: "kx-branch" + (r === baseline ? " kx-base" : "") + (r !== baseline && !differing ? " kx-same" : ""), title: group.join(", ") },
-        h("div", { class: "kx-name" }, r, others.length ? ` +${others.length}` : ""),
+        h("div", { class: "kx-name" }, ...breakable(r), others.length ? ` +${others.length}` : ""),
+        params[r] ? h("div", { class: "kx-params", title: params[r] }, params[r]) : null,
         h("div", { class: "kx-how" }, others.length ? `${group.length} branches · ${how}` : how),
         others.length ? h("div", { class: "kx-members" }, others.join(", ")) : null,
       );
@@ -238,7 +245,7 @@ function render({ model, el }) {
   groupBox.addEventListener("change", () => set("group", groupBox.checked));
   hideBox.addEventListener("change", () => set("hide_equal", hideBox.checked));
   const names = [
-    "steps", "runs", "cells", "diffs", "differs", "notes", "alike", "answers", "baseline",
+    "steps", "runs", "params", "cells", "diffs", "differs", "notes", "alike", "answers", "baseline",
     "first_divergence", "mode", "values", "groups", "group", "hide_equal", "transposed",
   ];
   for (const name of names) model.on(`change:${name}`, draw);

@@ -25,6 +25,7 @@ from kassette.explore._answers import word_diff
 from kassette.explore.compare import Comparison, compared
 from kassette.explore.frames import Journals
 from kassette.explore.widgets._assets import css, esm
+from kassette.explore.widgets._rows import params_text
 
 __all__ = ["CompareView"]
 
@@ -42,7 +43,8 @@ class CompareView(anywidget.AnyWidget):
     (run id -> per step, whether it differs from the baseline), `notes` (run id -> per step,
     the request parameters that differ from the baseline's), `alike` (per step, whether
     every branch has the same result), `answers` (per step, whether it is a model call) and
-    `first_divergence` are the data the view draws. `mode` is "values" or "diff", `values`
+    `first_divergence` are the data the view draws, with `params` (run id -> its params as
+    `k=v, ...`, a fan-out's variant, shown under its name). `mode` is "values" or "diff", `values`
     "text" (answers) or "json" (raw results). `groups` lists the runs whose every step is the
     same (the baseline's group first); with `group` set the view shows one column per group.
     `hide_equal` folds the steps where every branch is alike into one line (default: on
@@ -54,6 +56,7 @@ class CompareView(anywidget.AnyWidget):
 
     steps: traitlets.List[Any] = traitlets.List().tag(sync=True)
     runs: traitlets.List[Any] = traitlets.List().tag(sync=True)
+    params = traitlets.Dict().tag(sync=True)
     baseline = traitlets.Unicode().tag(sync=True)
     cells = traitlets.Dict().tag(sync=True)
     diffs = traitlets.Dict().tag(sync=True)
@@ -114,6 +117,8 @@ class CompareView(anywidget.AnyWidget):
             if "transposed" not in self._chosen:
                 self.transposed = len(wanted) > TRANSPOSED_BEYOND
             self.runs, self.steps = wanted, comparison.steps
+            known = params_text(journals)
+            self.params = {run_id: known[run_id] for run_id in wanted if run_id in known}
             self.alike = [comparison.alike(step) for step in comparison.steps]
             self.answers = [
                 any(comparison.answer(run_id, step) for run_id in wanted)
