@@ -400,3 +400,12 @@ def test_each_branch_is_headed_by_its_params() -> None:
         branches.run_ids[0]: "temperature=0.2",
         branches.run_ids[1]: "temperature=1.3, top_p=0.9",
     }  # the root has none
+
+
+def test_a_step_a_fork_recorded_with_a_given_result_is_marked_edited(scenario: Scenario) -> None:
+    scenario.workflow.fork("single", step="implement", result="by hand", new_run_id="edited")
+    view = kx.CompareView(kx.load(scenario.storage), ["single", "edited"])
+    assert view.steps[:2] == ["plan", "implement"]
+    assert view.edited["edited"][:2] == [False, True]
+    assert view.edited["single"] == [False] * len(view.steps)
+    assert view.cells["edited"][1] == "by hand"
