@@ -107,7 +107,7 @@ class Engine(Generic[I, R]):
         return open_run(
             self.storage,
             run_id,
-            metadata=input,
+            input=input,
             version=self.version,
             clock=self.clock,
             params=params,
