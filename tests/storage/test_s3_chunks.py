@@ -377,7 +377,7 @@ def test_a_chunked_runs_stamp_moves_with_every_append_and_with_nothing_else(
     run's stamp (a chunk sealed or the head put), an object beside the run does not."""
     storage = Chunky(bucket, "p", client=s3_client)
     seen = []
-    with open_run(storage, "long", metadata=None) as run:
+    with open_run(storage, "long", input=None) as run:
         for number in range(12):
             run.record(f"step-{number}", lambda: "x" * 40)
             stamps = storage.run_stamps()
