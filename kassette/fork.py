@@ -8,7 +8,9 @@ step runs live again), never past the source's end. The source is only read.
 A fork may also *edit* its fork point: given a `result`, the entry at the cut is recorded in the
 new run's first session, after its `start`, with that result instead of being run: a step
 entry marked `"edited": true`, or for a suspend (or its resume) the resume that delivers the
-result as the event's value, marked the same way.
+result as the event's value, marked the same way. A model call's step (see
+`kassette.model_calls`) is edited with its answer's text, recorded as a response of that
+provider carrying it, or with a whole response of the same kind; its `call` is kept.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from kassette.append import read
 from kassette.codec import Entry, Source, check_json, event_id, event_name
 from kassette.errors import InvalidArgumentError, MetadataMismatchError, RunExistsError
 from kassette.journal import Journal
+from kassette.model_calls import (
+    describe_response,
+    read_model_call,
+    read_model_result,
+    response_from_text,
+    same_response_shape,
+)
 from kassette.storage import Storage
 
 __all__ = ["NO_RESULT", "ForkPlan", "plan_fork"]
@@ -139,15 +148,16 @@ def _edits(entries: Sequence[Entry], cut: int, result: Any, run_id: str) -> tupl
     entry = entries[cut]
     kind = entry["type"]
     if kind == "step" and entry.get("kind", "step") == "step":
-        return (
-            {
-                "type": "step",
-                "stepId": entry["stepId"],
-                "name": entry["name"],
-                "result": value,
-                "edited": True,
-            },
-        )
+        edited = {
+            "type": "step",
+            "stepId": entry["stepId"],
+            "name": entry["name"],
+            "result": _step_result(entry, value, cut, run_id),
+        }
+        if "call" in entry:  # the request stays the recorded one: only the answer is edited
+            edited["call"] = entry["call"]
+        edited["edited"] = True
+        return (edited,)
     if kind in ("suspend", "resume"):
         key = event_id(entry)
         resume = {
@@ -170,3 +180,48 @@ def _edits(entries: Sequence[Entry], cut: int, result: Any, run_id: str) -> tupl
         run_id=run_id,
         offset=cut,
     )
+
+
+def _step_result(entry: Entry, value: Any, cut: int, run_id: str) -> Any:
+    """What an edited step records for `value`. A model call's edit is its answer's text (made
+    into a response of that provider) or a whole response of the same kind; any other step
+    takes any JSON value but a model's response."""
+    step = f"step {entry['stepId']!r} at offset {cut} of run {run_id}"
+    call = read_model_call(entry)
+    if call is None:
+        given = read_model_result(value)
+        if given is None:
+            return value
+        raise InvalidArgumentError(
+            f"cannot edit {step} with {describe_response(given)}: the step is not a model "
+            "call; give the value the step itself returns",
+            run_id=run_id,
+            step_id=entry["stepId"],
+            offset=cut,
+        )
+    if isinstance(value, str):
+        return response_from_text(call, value)
+    if same_response_shape(call, value):
+        return value
+    given = read_model_result(value)
+    what = describe_response(given) if given is not None else f"{_kind_of(value)}"
+    raise InvalidArgumentError(
+        f"cannot edit {step} with {what}: it is a model call ({call.provider} {call.method}); "
+        f"give the answer's text (a string) or {describe_response(call)} as the API returns it",
+        run_id=run_id,
+        step_id=entry["stepId"],
+        offset=cut,
+    )
+
+
+def _kind_of(value: Any) -> str:
+    """A JSON value's kind, for messages: `a number`, `an object that is no response`, ..."""
+    if isinstance(value, dict):
+        return "an object that is no model response"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if value is None:
+        return "null"
+    return f"a number ({value!r})"

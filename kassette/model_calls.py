@@ -37,9 +37,11 @@ __all__ = [
     "VOLATILE_FIELDS",
     "ModelCall",
     "TokenUsage",
+    "describe_response",
     "read_model_call",
     "read_model_result",
     "response_from_text",
+    "same_response_shape",
 ]
 
 PROVIDERS = ("openai", "anthropic")
@@ -83,6 +85,14 @@ _FINISH = {
     "max_output_tokens": "length",
 }
 _CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
+# methods whose responses have another method's shape: `messages.stream` records the events
+# of `messages.create(stream=True)`
+_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES}
+_RESPONSE_NAMES = {
+    ("openai", _CHAT): "OpenAI chat completion",
+    ("openai", _RESPONSES): "OpenAI Responses API response",
+    ("anthropic", _MESSAGES): "Anthropic message",
+}
 _ANTHROPIC_EVENTS = frozenset(
     {
         "message_start",
@@ -180,7 +190,10 @@ def read_model_result(result: Any, call: Any = None) -> ModelCall | None:
         return None
     request = recorded.get("request")
     request = dict(request) if isinstance(request, Mapping) else None
-    stream = _is_stream(result)
+    if shape is not None:
+        stream = _is_stream(result)
+    else:  # a result of no known shape: the request says whether a stream was asked for
+        stream = method == "messages.stream" or (request or {}).get("stream") is True
     read = _READERS[shape[0], shape[1]](result) if shape is not None else _Read()
     model = read.model
     if model is None and request is not None and isinstance(request.get("model"), str):
@@ -216,6 +229,24 @@ def response_from_text(call: ModelCall, text: str) -> Any:
     if call.stream:
         return {"stream": _chat_chunks(call.result, model, digest, text)}
     return _chat_completion(template, model, digest, text)
+
+
+def same_response_shape(call: ModelCall, result: Any) -> bool:
+    """Whether `result` is a response of `call`'s provider and API, streamed as `call` was:
+    one the code that made `call` can be given instead (a fork edit's whole response)."""
+    shape = _shape(result)
+    method = _SHAPE_OF_METHOD.get(call.method, call.method)
+    return shape == (call.provider, method) and _is_stream(result) == call.stream
+
+
+def describe_response(call: ModelCall) -> str:
+    """What a response of `call`'s kind is called, for messages: `an OpenAI chat completion`,
+    `a stream of Anthropic message events ({"stream": [...]})`, ..."""
+    method = _SHAPE_OF_METHOD.get(call.method, call.method)
+    name = _RESPONSE_NAMES.get((call.provider, method), f"{call.provider} {method} response")
+    if call.stream:
+        return f'a stream of {name} events ({{"stream": [...]}})'
+    return f"an {name}" if name[0] in "AEIOU" else f"a {name}"
 
 
 # -- shapes: which provider and method a result looks like ---------------------------------

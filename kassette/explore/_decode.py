@@ -35,7 +35,7 @@ from kassette.codec import (
     to_json,
     too_deep,
 )
-from kassette.explore.llm import llm_calls, token_totals
+from kassette.explore.llm import llm_calls, run_totals
 from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
@@ -82,6 +82,7 @@ RUN_SCHEMA = pa.schema(
         pa.field("llm_calls", pa.int64(), nullable=False),
         pa.field("input_tokens", pa.int64(), nullable=False),
         pa.field("output_tokens", pa.int64(), nullable=False),
+        pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
     ]
 )
 
@@ -186,8 +187,8 @@ def with_runs(
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
-    calls, given, taken = token_totals(llm_calls(entries), list(run_ids))
-    columns += [pa.array(calls), pa.array(given), pa.array(taken)]
+    calls, given, taken, cost = run_totals(llm_calls(entries), list(run_ids))
+    columns += [pa.array(calls), pa.array(given), pa.array(taken), pa.array(cost, from_pandas=True)]
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 

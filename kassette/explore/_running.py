@@ -19,13 +19,11 @@ rather than die mid-step and break the pool.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import signal
 import tempfile
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import (
@@ -40,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kassette.core import checking_before_steps, run_status
-from kassette.engine import RunResult
+from kassette.engine import ResultStatus, RunResult
 from kassette.errors import RunNotFoundError
 from kassette.state import ErrorInfo, RunStatus
 from kassette.workflow import AsyncWorkflow, Workflow
@@ -49,9 +47,11 @@ AnyWorkflow = Workflow[Any, Any] | AsyncWorkflow[Any, Any]
 INTERRUPT = "interrupt"  # why a branch stopped: the fan-out's caller was interrupted
 BUDGET = "budget"  # ... or the fan-out's model calls spent its budget
 WAIT_S = 0.2  # how often a waiting fan-out looks up from its futures (for the budget)
-# after an interrupt, how long a fan-out on an executor it cannot stop (Dask) waits for its
-# running branches to reach a step boundary before it returns without them
-OTHER_EXECUTOR_WAIT_S = 10.0
+_REPORTED: dict[str, ResultStatus] = {
+    "completed": "success",
+    "failed": "failed",
+    "canceled": "canceled",
+}
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,11 @@ class Board:
 
 def reported(run_id: str, status: RunStatus) -> RunResult | None:
     """The outcome of a branch that needs no new session: it ended, or waits for events."""
-    return RunResult.from_status(status)  # None: running, stopped, or crashed mid-way: retry
+    if status.status in _REPORTED:
+        return RunResult(run_id, _REPORTED[status.status], result=status.result, error=status.error)
+    if status.status == "suspended":
+        return RunResult(run_id, "suspended", events=status.pending_events)
+    return None  # running, stopped, or crashed mid-way: retry it
 
 
 def _existing(branch: Branch) -> RunResult | None:
@@ -320,12 +324,7 @@ def _on_executor(
             index = running.pop(future)
             board.ended(index, outcome_of(branches[index].run_id, future))
 
-    gave_up_at = math.inf  # when to stop waiting for branches an interrupt could not reach
     while running or (queue and not stop.is_set()):
-        if time.monotonic() > gave_up_at:
-            for index in running.values():
-                board.ended(index, Halted(branches[index].run_id, INTERRUPT))
-            return True, True
         try:
             while queue and len(running) < limit and not stop.is_set():
                 index = queue[0]
@@ -342,12 +341,7 @@ def _on_executor(
                 return True, True
             interrupted = True
             stop.set(INTERRUPT)
-            if isinstance(executor, ThreadPoolExecutor | ProcessPoolExecutor):
-                # their cancel() takes back only what has not started; Dask's would drop a
-                # running branch's future and leave it running: the flag stops those
-                end({future for future in running if future.cancel()})
-            else:  # a worker elsewhere may never see the flag, or have died of the SIGINT
-                gave_up_at = time.monotonic() + OTHER_EXECUTOR_WAIT_S
+            end({future for future in running if future.cancel()})  # queued, not running yet
     return interrupted, False
 
 

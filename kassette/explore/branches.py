@@ -63,6 +63,7 @@ FRAME_COLUMNS = [
     "score",
     "unreplayed",
     "stopped_by",
+    "cost_usd",
 ]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -92,8 +93,10 @@ class Branches:
     (a `RunResult` status; "raised" when the invocation raised before it could end the run;
     "stopped" when the fan-out stopped the branch at a step boundary, or never started it),
     `result`, `error`, `score` (NaN where the branch did not succeed or `score` raised),
-    `unreplayed` (recorded steps the branch's code did not replay) and `stopped_by` (why a
-    stopped branch stopped: "interrupt" or "budget"; None otherwise). Raised and stopped
+    `unreplayed` (recorded steps the branch's code did not replay), `stopped_by` (why a
+    stopped branch stopped: "interrupt" or "budget"; None otherwise) and `cost_usd` (what the
+    branch's own model calls cost, as the runs frame counts it; `<NA>` where unknown or
+    where the branch has no journal). Raised and stopped
     branches' runs are open: the same `fan_out` call retries or continues them.
     """
 
@@ -131,8 +134,10 @@ class Branches:
         """One row per branch; see the class docstring."""
         if self._frame is None:
             rows = [self._row(b, o) for b, o in zip(self._branches, self._outcomes, strict=True)]
-            self._frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-            self._frame["score"] = self._frame["score"].astype("float64")
+            frame = pd.DataFrame(rows, columns=FRAME_COLUMNS[:-1])
+            frame["score"] = frame["score"].astype("float64")
+            frame["cost_usd"] = self._costs()
+            self._frame = frame
         return self._frame
 
     def best(self, k: int = 1) -> list[str]:
@@ -233,6 +238,20 @@ class Branches:
                 unreplayed=list(outcome.unreplayed),
             )
         return row
+
+    def _costs(self) -> pd.Series:
+        """Each branch's own model calls' cost (the runs frame's `cost_usd`: the copied
+        prefix is the source's), `<NA>` where unknown or where the branch has no journal."""
+        from kassette.explore.frames import load
+
+        storage = self._storage()
+        try:
+            runs = load(storage, run_ids=self.run_ids).runs
+        except RunNotFoundError:  # a branch that raised before its fork was written
+            existing = [run_id for run_id in self.run_ids if storage.read(run_id) is not None]
+            runs = load(storage, run_ids=existing).runs
+        costs = runs.set_index("run_id")["cost_usd"].reindex(self.run_ids)
+        return costs.reset_index(drop=True).astype("Float64")
 
     def _score_of(self, outcome: RunResult) -> float:
         if self._score is None or outcome.status != "success":

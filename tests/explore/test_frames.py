@@ -63,6 +63,7 @@ RUN_DTYPES = {
     "llm_calls": "Int64",
     "input_tokens": "Int64",
     "output_tokens": "Int64",
+    "cost_usd": "Float64",
 }
 
 
