@@ -4,7 +4,8 @@
 and the runs (oldest first), with the columns of `Journals.entries` and `Journals.runs`.
 Parquet gives two datasets (`out/entries/`, `out/runs/`); JSON lines and CSV give
 `entries.jsonl`/`runs.jsonl` or `entries.csv`/`runs.csv`, timestamps as ISO 8601 text. In JSON
-lines an entry's `value` is embedded as JSON; in CSV it is JSON text. Entries are read and
+lines the JSON columns (an entry's `value`, a run's `params`, `input` and `result`) are
+embedded as JSON; in CSV they are JSON text. Entries are read and
 written a batch at a time, so a store larger than memory exports too, with a progress bar on
 stderr when that is a terminal. A directory that holds anything is written into only with
 `overwrite=True`, which replaces the format's own output and leaves other files alone.
@@ -242,8 +243,12 @@ def _as_text(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, names=table.column_names)
 
 
+# columns that hold JSON text: JSON lines embed them as JSON values, not as quoted strings
+JSON_COLUMNS = frozenset({"value", "params", "input", "result", "request", "tool_calls"})
+
+
 def _json_lines(table: pa.Table) -> Iterator[str]:
-    """One JSON object per row; `value` (already JSON text) is embedded, not quoted."""
+    """One JSON object per row; the JSON text columns (`JSON_COLUMNS`) embedded, not quoted."""
     names = table.column_names
     text = _as_text(table)
     keys = [json.dumps(name) + ":" for name in names]
@@ -256,7 +261,12 @@ def _json_lines(table: pa.Table) -> Iterator[str]:
     ]
     for row in zip(*columns, strict=True):
         parts = [
-            key + (value if name == "value" else json.dumps(value, ensure_ascii=False))
+            key
+            + (
+                value
+                if name in JSON_COLUMNS and value is not None
+                else json.dumps(value, ensure_ascii=False)
+            )
             for key, name, value in zip(keys, names, row, strict=True)
         ]
         yield "{" + ",".join(parts) + "}\n"

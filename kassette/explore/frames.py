@@ -10,6 +10,7 @@ error), as pandas frames or as Arrow tables with the fixed schemas `ENTRY_SCHEMA
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -112,10 +113,17 @@ class Journals:
         Read them back with `pandas.read_parquet(directory / "entries")` or
         `pyarrow.dataset.dataset(...)`. With `partition_by` (entry columns, or `run_bucket`,
         `run_date`, `status` as `kx.export` takes them) the entries are a hive-partitioned
-        dataset; `partition_by_run` is `partition_by=["run_id"]` (`entries/run_id=ID/`), so a
-        reader can skip whole runs.
+        dataset: the layout `kx.export(storage, out)` writes. `partition_by_run=True` is the
+        deprecated spelling of `partition_by="run_id"`.
         """
-        columns = ["run_id"] if partition_by_run and partition_by is None else partition_by
+        columns = partition_by
+        if partition_by_run:
+            warnings.warn(
+                'to_parquet(partition_by_run=True) is deprecated: pass partition_by="run_id"',
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            columns = ["run_id"] if partition_by is None else partition_by
         sink = ParquetSink(Path(directory), partition_by=check_partition_by(columns))
         sink.write(self._tables["entries"], self._tables["runs"])
         sink.close(self._tables["runs"])
@@ -228,7 +236,7 @@ _NULLABLE: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {
 
 
 def load(
-    storage_or_url: Storage | str | os.PathLike[str], *, run_ids: Iterable[str] | None = None
+    storage_or_url: Storage | str | os.PathLike[str], run_ids: Iterable[str] | None = None
 ) -> Journals:
     """Read runs (all of them, or `run_ids` in that order) into a `Journals`.
 

@@ -64,7 +64,7 @@ def test_parquet_round_trip_preserves_every_entry(scenario: Scenario, tmp_path: 
 
 def test_parquet_partitioned_by_run(scenario: Scenario, tmp_path: Path) -> None:
     journals = kx.load(scenario.storage)
-    journals.to_parquet(tmp_path, partition_by_run=True)
+    journals.to_parquet(tmp_path, partition_by="run_id")
     partitions = sorted(path.name for path in (tmp_path / "entries").iterdir())
     assert partitions == [f"run_id={run_id}" for run_id in sorted(RUNS)]
     dataset = pa_dataset.dataset(tmp_path / "entries", format="parquet", partitioning="hive")
@@ -123,6 +123,12 @@ def test_export_jsonl(scenario: Scenario, tmp_path: Path) -> None:
     assert [run["run_id"] for run in runs] == ["resumed", "failed"]
     assert runs[0]["pending_events"] == [] and runs[0]["started_at"] == "2026-01-01T00:00:10.500Z"
     assert runs[1]["error"] == "RuntimeError: 2 tests failed"
+    frame = kx.load(scenario.storage, ["resumed", "failed"]).runs.set_index("run_id")
+    for run in runs:  # JSON columns embedded as JSON, as an entry's value is
+        for column in ("params", "input", "result"):
+            text = frame.loc[run["run_id"], column]
+            assert run[column] == (None if pd.isna(text) else json.loads(text))
+    assert runs[0]["input"] is not None and not isinstance(runs[0]["input"], str)
     assert list(entries[0]) == kx.ENTRY_SCHEMA.names
     resume = next(e for e in entries if e["type"] == "resume")
     assert resume["value"] == {"eventId": "review", "event": "review", "value": {"approved": True}}
@@ -176,7 +182,8 @@ def test_a_non_empty_directory_needs_overwrite(scenario: Scenario, tmp_path: Pat
 def test_overwrite_replaces_a_partitioned_parquet_export(
     scenario: Scenario, tmp_path: Path
 ) -> None:
-    kx.load(scenario.storage).to_parquet(tmp_path, partition_by_run=True)
+    with pytest.warns(DeprecationWarning, match='pass partition_by="run_id"'):
+        kx.load(scenario.storage).to_parquet(tmp_path, partition_by_run=True)  # old spelling
     assert any(path.name.startswith("run_id=") for path in (tmp_path / "entries").iterdir())
     kx.export(scenario.storage, tmp_path, overwrite=True)
     assert [path.name for path in (tmp_path / "entries").iterdir()] == ["part-0.parquet"]
