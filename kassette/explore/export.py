@@ -27,6 +27,7 @@ import os
 import shutil
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
@@ -96,7 +97,7 @@ class ParquetSink:
         batches = (
             batch
             for entries, runs in tables
-            for batch in with_run_partitions(entries, runs, names).to_batches()
+            for batch in _path_safe(with_run_partitions(entries, runs, names), names).to_batches()
         )
         pa_dataset.write_dataset(
             batches,
@@ -168,6 +169,39 @@ def with_run_partitions(entries: pa.Table, runs: pa.Table, names: Iterable[str])
             per_run = runs.column(name)
         field = pa.field(name, RUN_PARTITIONS[name])
         entries = entries.append_column(field, pc.take(per_run, row))
+    return entries
+
+
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_NAME_MAX = 255  # bytes in one path component, on the filesystems an export writes to
+
+
+def _path_safe(entries: pa.Table, names: Iterable[str]) -> pa.Table:
+    """`entries`, or `InvalidArgumentError` for a partition value that cannot be a hive
+    directory: one whose `column=value` segment (values URI-encoded, as pyarrow writes them)
+    is longer than a path component may be (a legal 300-character step name), or the literal
+    `__HIVE_DEFAULT_PARTITION__`, which every hive reader reads back as null, merged with the
+    entries that have none. Refused before that value is written; the export then removes
+    what it wrote."""
+    for name in names:
+        column = entries.column(name)
+        if not pa.types.is_string(column.type):
+            continue
+        for value in pc.unique(column).to_pylist():
+            if value is None:
+                continue
+            segment = f"{name}={urllib.parse.quote(value, safe='')}"
+            if value == _HIVE_NULL or len(segment.encode()) > _NAME_MAX:
+                shown = value if len(value) <= 60 else f"{value[:57]}..."
+                why = (
+                    "hive readers read it as null"
+                    if value == _HIVE_NULL
+                    else f"its directory name would be longer than {_NAME_MAX} bytes"
+                )
+                raise InvalidArgumentError(
+                    f"cannot partition by {name}: the value {shown!r} cannot be a hive "
+                    f"partition ({why}); partition by another column, or export unpartitioned"
+                )
     return entries
 
 
@@ -335,6 +369,8 @@ def export(
     A corrupt journal raises `JournalCorruptionError` and nothing is left in `out` (the files
     this export began are removed), unless `skip_corrupt`: then the readable runs are
     exported and the summary's `corrupt` lists the others (`runId`, `offset`, `message`).
+    A partition value that cannot be a hive directory (too long for a path component, or
+    `__HIVE_DEFAULT_PARTITION__`) raises `InvalidArgumentError`; any failure leaves nothing.
     """
     if format not in FORMATS:
         raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
@@ -374,7 +410,7 @@ def export(
         else:
             for entry_table, run_table in decoded():
                 sink.write(entry_table, run_table)
-    except JournalCorruptionError:
+    except BaseException:  # corruption, a refused partition value, a full disk, Ctrl-C
         refused = True
         raise
     finally:

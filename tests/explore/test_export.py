@@ -414,3 +414,38 @@ def test_skip_corrupt_exports_the_readable_runs_and_names_the_others(
     assert summary["runs"] == len(RUNS) - 2
     clean = kx.export(scenario.storage, tmp_path / "clean", skip_corrupt=True)
     assert clean["corrupt"] == [] and clean["runs"] == len(RUNS)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["s" * 300, "é" * 100, "__HIVE_DEFAULT_PARTITION__"],
+    ids=["300 characters", "100 non-ASCII characters", "hive's null marker"],
+)
+@pytest.mark.parametrize("out_exists", [False, True])
+def test_a_partition_value_that_cannot_be_a_directory_is_refused_and_nothing_is_left(
+    tmp_path: Path, bad: str, out_exists: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Adversarial 4 and 5: a legal 300-character step name raised a raw `OSError` (name too
+    long) and left a half-written dataset; a step named `__HIVE_DEFAULT_PARTITION__` read
+    back as null, merged with the entries that have no name."""
+    from kassette.cli import main
+    from kassette.core import open_run
+
+    storage = LocalStorage(tmp_path / "store")
+    for run_id in ("a", "b", "c"):
+        with open_run(storage, run_id) as run:
+            run.record("fine", lambda: 1)
+            if run_id == "c":
+                run.record(bad, lambda: 2)
+    out = tmp_path / "out"
+    if out_exists:
+        out.mkdir()
+    with pytest.raises(InvalidArgumentError, match="cannot be a hive partition"):
+        kx.export(storage, out, partition_by="name")
+    assert (sorted(out.iterdir()) == []) if out_exists else not out.exists()
+    argv = ["--storage", f"file:{storage.path}", "export", str(out), "--partition-by", "name"]
+    assert main(argv) == 2
+    assert json.loads(capsys.readouterr().err)["error"]["type"] == "InvalidArgumentError"
+    assert (sorted(out.iterdir()) == []) if out_exists else not out.exists()
+    summary = kx.export(storage, out, partition_by="run_id", overwrite=True)  # others still do
+    assert summary["entries"] == len(kx.load(storage).entries)
