@@ -12,8 +12,8 @@ process with the tree costs anyway), alternated `--rounds` times; medians are pr
   poll       one idle `journals.refresh()` (a `stat` per run, no journal read), in ms, and
              the floor under it: `os.stat` of every journal
 
-Then a new run is written and the tree must show it within two intervals (a sanity check
-that the watcher does watch).
+Then a new run is written and the tree must show it within 10 s (a sanity check that the
+watcher does watch).
 
 Run from a checkout: `python benchmarks/bench_watch.py` (about a minute), `--quick` for a
 smoke run (1,000 runs, 2 s, one round). Exit status 0 when the target is met.
@@ -82,7 +82,7 @@ def main() -> int:
         tree.watch(1.0)
         late = forest_journals(1)["task-0000-00"]
         storage.append("late", late, token=None)
-        deadline = time.monotonic() + 2.5
+        deadline = time.monotonic() + 10  # a bound, not a measurement: a loaded machine is slow
         while time.monotonic() < deadline and "late" not in tree.nodes:
             time.sleep(0.05)
         seen = "late" in tree.nodes
@@ -98,7 +98,7 @@ def main() -> int:
         f"poll       {statistics.median(polls) * 1000:.1f} ms idle refresh, "
         f"floor {statistics.median(floors) * 1000:.1f} ms (os.stat of every journal)"
     )
-    print(f"a new run shown within two intervals: {'yes' if seen else 'NO'}")
+    print(f"a new run shown within 10 s: {'yes' if seen else 'NO'}")
     return 0 if share <= TARGET and seen else 1
 
 

@@ -157,18 +157,27 @@ class LocalStorage:
     def run_stamps(self, run_ids: Iterable[str] | None = None) -> dict[str, object]:
         """Each run's journal file's (inode, size, modification time), from one `stat` per run
         (`kassette.storage.RunStamps`): every append changes the size, a journal made again
-        the inode."""
-        names = self.list_runs() if run_ids is None else map(validate_run_id, run_ids)
-        directory = f"{os.fspath(self.path)}{os.sep}"
+        the inode. The names are looked up in the open directory, not walked from the root."""
+        wanted = None if run_ids is None else [validate_run_id(run_id) for run_id in run_ids]
+        try:
+            directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.path}: {exc}") from exc
         stamps: dict[str, object] = {}
-        for run_id in names:
-            try:
-                found = os.stat(f"{directory}{run_id}{_SUFFIX}")
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StorageError(f"cannot stat run {run_id}: {exc}", run_id=run_id) from exc
-            stamps[run_id] = (found.st_ino, found.st_size, found.st_mtime_ns)
+        try:
+            names = _run_ids(os.listdir(directory)) if wanted is None else wanted
+            for run_id in names:
+                try:
+                    found = os.stat(f"{run_id}{_SUFFIX}", dir_fd=directory)
+                except FileNotFoundError:
+                    continue
+                stamps[run_id] = (found.st_ino, found.st_size, found.st_mtime_ns)
+        except OSError as exc:
+            raise StorageError(f"cannot stat the journals in {self.path}: {exc}") from exc
+        finally:
+            os.close(directory)
         return stamps
 
     def list_runs(self) -> Iterator[str]:
@@ -178,11 +187,7 @@ class LocalStorage:
             return
         except OSError as exc:
             raise StorageError(f"cannot list {self.path}: {exc}") from exc
-        yield from [  # not a loop in Python: `kassette list` lists thousands
-            name[: -len(_SUFFIX)]
-            for name in names
-            if name.endswith(_SUFFIX) and is_run_id(name[: -len(_SUFFIX)])
-        ]
+        yield from _run_ids(names)
 
     def stray_files(self) -> list[str]:
         """The files named like journals (`*.jsonl`) whose names are not run ids
@@ -299,6 +304,15 @@ class LocalStorage:
         holder = _read_holder(lock)
         if holder is not None and not _is_alive(holder):
             lock.unlink(missing_ok=True)
+
+
+def _run_ids(names: Iterable[str]) -> list[str]:
+    """The run ids a directory's file names hold: `RUN.jsonl` for a valid run id."""
+    return [  # not a loop in Python: `kassette list` lists thousands
+        name[: -len(_SUFFIX)]
+        for name in names
+        if name.endswith(_SUFFIX) and is_run_id(name[: -len(_SUFFIX)])
+    ]
 
 
 def replace_file(path: Path, data: bytes, *, mode: int | None = None) -> None:
