@@ -5,4 +5,11 @@ Each integration is a module of its own that imports its SDK, so `import kassett
 - `kassette.integrations.openai`: `journaled(OpenAI(), ctx)` records every
   `chat.completions.create` and `responses.create` call, streams included, and replays them
   without a request (`pip install "kassette[openai]"`).
+- `kassette.integrations.anthropic`: `journaled(Anthropic(), ctx)` records every
+  `messages.create` (streamed too) and `messages.stream` call (`pip install
+  "kassette[anthropic]"`).
+
+Each records the request with the response (the step entry's `call`), and a replay whose
+request changed raises `ReplayMismatchError`. Both run on one engine,
+`kassette.integrations._recording`.
 """

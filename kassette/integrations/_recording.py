@@ -9,8 +9,9 @@ recorded one. A different request raises `ReplayMismatchError` naming the first 
 path (`messages[2].content`, `temperature`): the journal's answer belongs to the old request.
 
 A provider module (`kassette.integrations.openai`, `.anthropic`) says only what differs: its
-SDK's types (`Provider`), which resources of the client are journaled, and its stream classes,
-each the SDK's own `Stream` with a mixin from here. Everything else lives in this module.
+SDK's types (`Provider`) and which resources of the client are journaled. Everything else
+lives in this module, the streams included: each is the SDK's own `Stream` class with a mixin
+from here in front.
 """
 
 from __future__ import annotations
@@ -54,18 +55,36 @@ _SHORT = 60  # characters of each value a mismatch message shows
 
 @dataclass(frozen=True)
 class Provider:
-    """What one SDK contributes: its name in the journal, the sentinels it uses for an
+    """What one SDK contributes: its name in the journal, its client classes (blocking and
+    async) and stream classes (`Stream`, `AsyncStream`), the sentinels it uses for an
     argument not given (`NotGiven`, `Omit`), the types a recorded response or stream chunk is
-    rebuilt into per method, its lenient constructor, and its four stream classes."""
+    rebuilt into per method, and its lenient constructor."""
 
     name: str
+    clients: tuple[type, type]
+    streams: tuple[type, type]
     omitted: tuple[type, ...]
     types: Mapping[tuple[str, bool], Any]  # (method, stream) -> the SDK type of the JSON
     construct: Callable[..., Any]  # the SDK's `construct_type(value=, type_=)`
-    streams: tuple[type, type, type, type]  # live, replayed, async live, async replayed
     _adapters: dict[tuple[str, bool], pydantic.TypeAdapter[Any]] = field(
         default_factory=dict, compare=False
     )
+    # the SDK's stream classes with this module's relaying or replaying in front: live,
+    # replayed, async live, async replayed (so `isinstance(s, openai.Stream)` holds)
+    stream_classes: tuple[type, type, type, type] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        sdk_stream, sdk_async_stream = self.streams
+        classes = tuple(
+            type(mixin.__name__, (mixin, base), {"__module__": __name__})
+            for mixin, base in [
+                (LiveStream, sdk_stream),
+                (ReplayedStream, sdk_stream),
+                (AsyncLiveStream, sdk_async_stream),
+                (AsyncReplayedStream, sdk_async_stream),
+            ]
+        )
+        object.__setattr__(self, "stream_classes", classes)
 
     def rebuild(self, method: str, stream: bool, data: Any) -> Any:
         """A recorded response or chunk as the SDK type it was live."""
@@ -83,18 +102,20 @@ class Provider:
 
 
 def recorder(
-    provider: Provider,
-    ctx: Context | AsyncContext | Run,
-    name: str | None,
-    *,
-    asynchronous: bool,
+    provider: Provider, client: object, ctx: Context | AsyncContext | Run, name: str | None
 ) -> Recorder:
     """The checked arguments of a provider's `journaled(client, ctx, *, name=None)`."""
+    blocking, asynchronous = provider.clients
+    if not isinstance(client, blocking | asynchronous):
+        raise InvalidArgumentError(
+            f"journaled() wraps an {provider.name}.{blocking.__name__} or "
+            f"{asynchronous.__name__}, not {client!r}"
+        )
     if not isinstance(ctx, Context | AsyncContext | Run):
         raise InvalidArgumentError(f"journaled() needs the workflow's ctx or a Run, not {ctx!r}")
     if name is not None:
         validate_name(name)
-    return Recorder(provider, ctx, name, asynchronous=asynchronous)
+    return Recorder(provider, ctx, name, asynchronous=isinstance(client, asynchronous))
 
 
 class Recorder:
@@ -152,13 +173,12 @@ class Call:
         if not self.stream:
             return self.provider.rebuild(self.method, False, result)
         chunks = [self.provider.rebuild(self.method, True, chunk) for chunk in result["stream"]]
-        replayed = self.provider.streams[3 if self.asynchronous else 1]
+        replayed = self.provider.stream_classes[3 if self.asynchronous else 1]
         return replayed(chunks)
 
     def _check_request(self, recorded: ModelCall | None) -> None:
         if recorded is None:  # journaled before requests were, or by another writer
             return
-        where = f"the {self.method} call at step {self.step.step_id}"
         if recorded.get("provider") != self.provider.name or _endpoint(
             recorded.get("method")
         ) != _endpoint(self.method):
@@ -170,9 +190,10 @@ class Call:
         if difference is not None:
             path, journal, code = difference
             self._mismatch(
-                f"{where} asks something else than the journal records, at {path}: journal "
-                f"{_shorten(journal, code)}, code {_shorten(code, journal)}. The recorded answer "
-                "belongs to the old request. To ask the new one, fork the run at this step "
+                f"the request of {self.method} at step {self.step.step_id} differs from the "
+                f"journal's at {path}: journal {_shorten(journal, code)}, code "
+                f"{_shorten(code, journal)}. The recorded answer belongs to the old request: to "
+                "ask the new one, fork the run at this step "
                 f'(workflow.fork("{self.step.run.run_id}", step="{self.step.step_id}")) or '
                 "start a new run"
             )
@@ -362,7 +383,7 @@ class Journaled(Passthrough):
             return call.replayed()
         response = send(**call.kwargs)
         if call.stream:
-            live: type = self._recorder.provider.streams[0]
+            live: type = self._recorder.provider.stream_classes[0]
             return live(response, call.record_stream)
         return call.record_response(response)
 
@@ -375,7 +396,7 @@ class Journaled(Passthrough):
             return call.replayed()
         response = await send(**call.kwargs)
         if call.stream:
-            live: type = self._recorder.provider.streams[2]
+            live: type = self._recorder.provider.stream_classes[2]
             return live(response, call.record_stream_async)
         return await call.record_response_async(response)
 

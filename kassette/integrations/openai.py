@@ -23,7 +23,7 @@ Anthropic integration, is `kassette.integrations._recording`.
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar, cast
+from typing import TypeVar, cast
 
 try:
     import openai
@@ -38,14 +38,12 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     ) from exc
 
 from kassette.core import Run
-from kassette.errors import InvalidArgumentError
 from kassette.integrations import _recording
 from kassette.workflow import AsyncContext, Context
 
 __all__ = ["journaled"]
 
 Client = TypeVar("Client", OpenAI, AsyncOpenAI)
-Chunk = TypeVar("Chunk", bound=openai.BaseModel)
 
 
 def journaled(
@@ -58,11 +56,7 @@ def journaled(
     session. `name` names the steps (default: the method, e.g. `chat.completions.create`).
     The result is typed as the client itself.
     """
-    if not isinstance(client, OpenAI | AsyncOpenAI):
-        raise InvalidArgumentError(
-            f"journaled() wraps an openai.OpenAI or AsyncOpenAI, not {client!r}"
-        )
-    recorder = _recording.recorder(_OPENAI, ctx, name, asynchronous=isinstance(client, AsyncOpenAI))
+    recorder = _recording.recorder(_OPENAI, client, ctx, name)
     return cast(Client, _JournaledClient(client, recorder))
 
 
@@ -89,27 +83,10 @@ class _Chat(_recording.Passthrough):
         )
 
 
-# the SDK's stream types, with the engine's relaying or replaying in front
-class _LiveStream(_recording.LiveStream[Chunk], Stream[Chunk], Generic[Chunk]):
-    pass
-
-
-class _ReplayedStream(_recording.ReplayedStream[Chunk], Stream[Chunk], Generic[Chunk]):
-    pass
-
-
-class _AsyncLiveStream(_recording.AsyncLiveStream[Chunk], AsyncStream[Chunk], Generic[Chunk]):
-    pass
-
-
-class _AsyncReplayedStream(
-    _recording.AsyncReplayedStream[Chunk], AsyncStream[Chunk], Generic[Chunk]
-):
-    pass
-
-
 _OPENAI = _recording.Provider(
     name="openai",
+    clients=(OpenAI, AsyncOpenAI),
+    streams=(Stream, AsyncStream),
     omitted=(openai.NotGiven, openai.Omit),
     types={
         ("chat.completions.create", False): ChatCompletion,
@@ -118,5 +95,4 @@ _OPENAI = _recording.Provider(
         ("responses.create", True): ResponseStreamEvent,
     },
     construct=construct_type,
-    streams=(_LiveStream, _ReplayedStream, _AsyncLiveStream, _AsyncReplayedStream),
 )
