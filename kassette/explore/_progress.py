@@ -172,7 +172,9 @@ class Progress:
             if self.spent.usd:
                 parts.append(f"${self.spent.usd:,.4f}")
         if self.stopping:
-            parts.append(f"stopping ({self.stopping})")
+            parts.append(
+                f"stopping ({self.stopping})" if self.running else f"stopped by {self.stopping}"
+            )
         return " · ".join(parts)
 
 
@@ -214,14 +216,22 @@ class NotebookLine:
     def show(self, progress: Progress) -> None:
         import html
 
-        share = 100 * progress.ended / max(progress.total, 1)
-        running = 100 * progress.running / max(progress.total, 1)
+        segments = "".join(
+            f"<div title='{count} {label}' style='width:{100 * count / max(progress.total, 1)}%;"
+            f"background:{colour}'></div>"
+            for count, label, colour in (
+                (progress.succeeded, "succeeded", "#16a34a"),
+                (progress.failed, "failed", "#dc2626"),
+                (progress.suspended, "suspended", "#d97706"),
+                (progress.stopped, "stopped", "#6b7280"),
+                (progress.running, "running", "#93c5fd"),
+            )
+            if count
+        )
         self.widget.value = (
             "<div style='font-family:var(--jp-ui-font-family,sans-serif);font-size:12px'>"
             "<div style='display:flex;width:320px;height:8px;background:#e5e7eb;"
-            "border-radius:4px;overflow:hidden;margin:4px 0'>"
-            f"<div style='width:{share:.1f}%;background:#16a34a'></div>"
-            f"<div style='width:{running:.1f}%;background:#93c5fd'></div></div>"
+            f"border-radius:4px;overflow:hidden;margin:4px 0'>{segments}</div>"
             f"<span>{html.escape(progress.text())}</span></div>"
         )
 

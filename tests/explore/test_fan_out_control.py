@@ -205,6 +205,12 @@ def test_the_terminal_bar_counts_branches_and_tokens() -> None:
     assert line.startswith("\rfan-out [################........] 4/6 branches")
     assert "2 running · 1 succeeded · 1 failed · 1 suspended · 1 stopped" in line
     assert "3 model calls, 1,234 tokens" in line and "stopping (budget)" in line
+    bar.close(Progress.of(4, 0, outcomes, Spent(3, 1234, 0.0), stop))
+    assert stream.getvalue().endswith(
+        "[########################] 4/4 branches · 0 running · "
+        "1 succeeded · 1 failed · 1 suspended · 1 stopped · 3 model calls, 1,234 tokens · "
+        "stopped by budget\x1b[K\n"
+    )
     assert line.endswith("\n")
     assert display_for(False) is None
     assert display_for(True) is None  # pytest's stderr is not a terminal, nor a notebook
