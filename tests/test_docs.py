@@ -3,8 +3,11 @@
 Every ```python block in README.md, docs/*.md and examples/README.md either appears verbatim in
 a file under examples/ (which tests/test_examples.py runs and checks) or is a complete program
 that runs in an empty directory. A block fenced as ```<lang> output right after a python block
-is that program's exact stdout (durations, which differ run to run, excepted). Relative links
-resolve.
+is that program's exact stdout (durations, which differ run to run, excepted). Every
+```console block of README.md and docs/cli.md is a transcript of the real `kassette` command:
+each `$ COMMAND` runs in bash, and what it prints (stdout and stderr) is the lines after it;
+README.md's against the run its program before it made, docs/cli.md's against a fresh copy of
+the store `tests/docs_store.py` builds. Relative links resolve.
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ def fenced_blocks(document: Path) -> list[Block]:
 
 BLOCKS = [block for document in DOCUMENTS for block in fenced_blocks(document)]
 PYTHON = [block for block in BLOCKS if block.language == "python"]
+CONSOLE = [
+    block
+    for block in BLOCKS
+    if block.language == "console" and block.document.name in ("README.md", "cli.md")
+]
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def expected_output(block: Block) -> Block | None:
@@ -160,3 +169,66 @@ def test_make_demo_installs_only_the_package() -> None:
     assert "examples/demo.py" in demo.stdout
     test = subprocess.run([*run, "test"], capture_output=True, text=True, check=True, timeout=60)
     assert '-e ".[dev]"' in test.stdout
+
+
+def transcript(block: Block) -> list[tuple[str, str]]:
+    """Each `$ COMMAND` of a console block and the lines printed after it."""
+    steps: list[tuple[str, str]] = []
+    for line in block.text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], ""))
+        else:
+            assert steps, f"{block} prints before its first command"
+            command, printed = steps[-1]
+            steps[-1] = (command, printed + line + "\n")
+    return steps
+
+
+def run_transcript(commands: list[str], cwd: Path) -> list[str]:
+    """What each command prints (stdout and stderr) when they run in one bash, one after the
+    other, with `kassette` and `python` this interpreter's."""
+    shims = cwd / "bin"
+    shims.mkdir()
+    for name, run in (("kassette", f'"{sys.executable}" -m kassette'), ("python", sys.executable)):
+        (shims / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
+        (shims / name).chmod(0o755)
+    marker = "@@@ next command @@@"
+    script = "".join(f"echo '{marker}'\n{command} 2>&1\n" for command in commands)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment["PATH"] = f"{shims}{os.pathsep}{environment.get('PATH', '')}"
+    environment.pop("KASSETTE_STORAGE", None)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    printed = done.stdout.split(marker + "\n")
+    assert printed[0] == "" and len(printed) == len(commands) + 1, done.stdout + done.stderr
+    return printed[1:]
+
+
+@pytest.mark.parametrize("block", CONSOLE, ids=str)
+def test_console_block_is_what_the_real_command_prints(block: Block, tmp_path: Path) -> None:
+    text = block.text
+    if block.document.name == "README.md":  # the run the program just before it made
+        program = [b for b in PYTHON if b.document == block.document and b.closing < block.opening]
+        assert run_program(program[-1].text, tmp_path).returncode == 0
+        (made,) = (path.stem for path in (tmp_path / ".kassette").glob("*.jsonl"))
+        shown = re.search(r"^\$ RUN=(\w+)$", text, re.MULTILINE)
+        assert shown is not None, f"{block} does not name its run"
+        text = text.replace(shown.group(1), made)
+    else:
+        sys.path.insert(0, str(ROOT / "tests"))
+        try:
+            import docs_store
+        finally:
+            sys.path.remove(str(ROOT / "tests"))
+        docs_store.build(tmp_path / ".kassette")
+    steps = transcript(Block(block.document, block.opening, block.closing, block.info, text))
+    printed = run_transcript([command for command, _ in steps], tmp_path)
+    for (command, expected), actual in zip(steps, printed, strict=True):
+        normal = [_DURATION.sub('"durationMs":…', _STAMP.sub("…", x)) for x in (expected, actual)]
+        assert normal[1] == normal[0], f"{block}: `{command}` printed\n{actual}"
