@@ -76,11 +76,14 @@ def spent_by(entry: Mapping[str, Any]) -> Spent:
     call = read_model_call(entry)
     if call is None:
         return Spent()
+    from kassette.explore._cost import call_costs
+
     usage = call.usage
     total = usage.total_tokens
     if total is None:
         total = (usage.input_tokens or 0) + (usage.output_tokens or 0)
-    return Spent(1, total, 0.0)
+    [usd] = call_costs([(call.provider, call.model, usage)])
+    return Spent(1, total, usd or 0.0)  # an unknown price counts for nothing
 
 
 class _Ledger:

@@ -145,6 +145,23 @@ def test_a_budget_stops_new_steps_once_the_fan_outs_own_calls_reach_it() -> None
         kx.fan_out(agent, "root", offset=2, n=4, budget={"dollars": 1})
 
 
+def test_a_dollar_budget_counts_the_calls_at_their_known_price() -> None:
+    from kassette.explore._cost import call_costs
+    from kassette.model_calls import read_model_result
+
+    call = read_model_result(completion(TOKENS_PER_CALL))
+    assert call is not None
+    [price] = call_costs([(call.provider, call.model, call.usage)])
+    assert price is not None and price > 0  # gpt-4o-mini is in the price database
+    storage, calls = MemoryStorage(), []
+    agent = spending_agent(storage, calls)
+    agent.start(None, run_id="root")
+    calls.clear()
+    branches = kx.fan_out(agent, "root", offset=2, n=2, budget={"usd": 2.5 * price})
+    assert calls == ["root.2.0"] * 3  # 1x, 2x (< 2.5x: a third starts), 3x: stop
+    assert branches.frame["stopped_by"].tolist() == ["budget"] * 2
+
+
 def test_a_default_prefix_holding_another_kind_of_fan_out_is_refused_naming_a_prefix() -> None:
     storage, calls = MemoryStorage(), []
     agent = spending_agent(storage, calls)
