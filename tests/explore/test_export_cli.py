@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from conftest import RUNS, populate
 
 from kassette import LocalStorage
+from kassette import explore as kx
 from kassette.cli import main
 
 
@@ -32,8 +34,22 @@ def test_export_prints_a_summary(
     summary = json.loads(captured.out)
     assert (summary["format"], summary["path"], summary["runs"]) == (format, str(out), len(RUNS))
     assert all(Path(path).exists() for path in summary["files"])
+    entries = kx.load(url).entries
+    assert summary["entries"] == len(entries) > 0
     if format == "parquet":
-        assert pq.read_table(out / "entries").num_rows == summary["entries"]
+        written = pq.read_table(out / "entries")
+        assert written.num_rows == summary["entries"]
+    elif format == "jsonl":  # a writer that emits nothing, or rows without their runs, fails
+        rows = [json.loads(line) for line in (out / "entries.jsonl").read_text().splitlines()]
+        assert len(rows) == summary["entries"]
+        assert sorted({row["run_id"] for row in rows}) == sorted(RUNS)
+        runs = (out / "runs.jsonl").read_text().splitlines()
+        assert sorted(json.loads(line)["run_id"] for line in runs) == sorted(RUNS)
+    else:
+        with (out / "entries.csv").open(newline="") as file:
+            rows = list(csv.DictReader(file))
+        assert len(rows) == summary["entries"]
+        assert sorted({row["run_id"] for row in rows}) == sorted(RUNS)
 
 
 def test_the_format_defaults_to_parquet_as_in_kx_export(

@@ -50,9 +50,18 @@ def test_credentials_stay_out_of_project_config_and_are_redacted(koto: Koto) -> 
 
 
 def test_bad_keys_values_and_files(koto: Koto) -> None:
-    assert koto("config", "set", "session.nope", "x").code == 2
-    assert koto("config", "get", "nope").code == 2
-    assert koto("config", "set", "session.backend", "ftp").code == 2
+    cases = [
+        (("set", "session.nope", "x"), "unknown config key 'session.nope' (known: session.backend"),
+        (("get", "nope"), "unknown config key 'nope'"),
+        (("set", "session.backend", "ftp"), "session.backend must be one of local, s3, not 'ftp'"),
+    ]
+    for args, message in cases:
+        refused = koto("config", *args)
+        assert refused.code == 2 and refused.stdout.startswith(b"{")
+        assert refused.json["code"] == "invalid_config"
+        assert message in refused.json["error"]
+        assert not (koto.cwd / ".koto" / "config.toml").exists()  # nothing written
+    assert koto("config", "get", "session.backend").stdout == b"local\n"  # still the default
     koto.write(".koto/config.toml", "this is [not toml\n")
     broken = koto("config", "list")
     assert broken.code == 2 and "not valid TOML" in broken.json["error"]

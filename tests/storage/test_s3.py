@@ -99,7 +99,12 @@ def authenticating_server(s3_endpoint: str, bucket: str) -> Iterator[str]:
 # -- the server does what kassette relies on -------------------------------------------------
 
 
-def test_server_honours_conditional_puts(s3_client: Any, bucket: str) -> None:
+def test_harness_check_the_test_server_honours_conditional_puts(
+    s3_client: Any, bucket: str
+) -> None:
+    """A check of the test harness (moto behind tests/storage/s3_server.py), not of kassette:
+    every S3 test relies on the server refusing a stale `If-Match` and a second
+    `If-None-Match: *`, so this states it once. It is also the probe to run against a store."""
     from botocore.exceptions import ClientError
 
     def code(call: Any) -> tuple[str, int]:
