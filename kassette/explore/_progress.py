@@ -305,9 +305,6 @@ class Watch:
         if self._display is not None:
             self._display.close(self._look(everyone=True))
 
-    def spent(self) -> Spent:
-        return self._ledger.total()
-
     def _watch(self) -> None:
         while not self._done.wait(WATCH_S):
             progress = self._look()
