@@ -11,40 +11,24 @@ outcome as JSON.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from typing import Any
 
 from anthropic import Anthropic
+from killed_in_append import KilledInAppend
 
-from kassette import Context, LocalStorage, kassette
+from kassette import Context, kassette
 from kassette.integrations.anthropic import journaled
 
-STEPS = [
-    b'"stepId":"messages.create"',
-    b'"stepId":"messages.create#2"',
-    b'"stepId":"messages.stream"',
-]
-
-
-class KilledInAppend(LocalStorage):
-    """Dies, as a process can at any instant, when asked to write the step of call `kill_at`."""
-
-    def __init__(self, path: str, kill_at: int) -> None:
-        super().__init__(path)
-        self.marker = STEPS[kill_at - 1] if kill_at else None
-
-    def append(self, run_id: str, data: bytes, *, token: str | None) -> str:
-        if self.marker is not None and self.marker in data:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().append(run_id, data, token=token)
+STEPS = ["messages.create", "messages.create#2", "messages.stream"]
 
 
 def make(storage_dir: str, base_url: str, kill_at: int) -> Any:
     sdk = Anthropic(api_key="test-key", base_url=base_url, max_retries=0, timeout=30)
 
-    @kassette(storage=KilledInAppend(storage_dir, kill_at))
+    marker = f'"stepId":"{STEPS[kill_at - 1]}"'.encode() if kill_at else None
+
+    @kassette(storage=KilledInAppend(storage_dir, marker))
     def agent(ctx: Context, task: str) -> dict[str, Any]:
         client = journaled(sdk, ctx)
         user = [{"role": "user", "content": f"plan {task}"}]

@@ -1,10 +1,11 @@
 """A worker process for tests/integrations/test_openai.py: one invocation of a run whose model
 calls go through `journaled(OpenAI(...), ctx)`, SIGKILLed at a chosen point.
 
-Usage: `python openai_worker.py STORAGE_DIR RUN_ID BASE_URL KILL_AFTER`: the workflow makes
-four calls (chat, chat streamed, responses, responses streamed); after the call numbered
-KILL_AFTER (1-4) has been journaled, the process kills itself with SIGKILL. KILL_AFTER 0 runs
-to the end and prints the outcome as JSON.
+Usage: `python openai_worker.py STORAGE_DIR RUN_ID BASE_URL KILL_AFTER [append]`: the
+workflow makes four calls (chat, chat streamed, responses, responses streamed); after the call
+numbered KILL_AFTER (1-4) has been journaled, the process kills itself with SIGKILL; with
+`append`, it dies inside that call's journal append instead: the answer has arrived, its step
+is not written. KILL_AFTER 0 runs to the end and prints the outcome as JSON.
 """
 
 from __future__ import annotations
@@ -15,20 +16,27 @@ import signal
 import sys
 from typing import Any
 
+from killed_in_append import KilledInAppend
 from openai import OpenAI
 
-from kassette import Context, LocalStorage, kassette
+from kassette import Context, kassette
 from kassette.integrations.openai import journaled
 
+STEPS = [
+    "chat.completions.create", "chat.completions.create#2",
+    "responses.create", "responses.create#2",
+]  # fmt: skip
 
-def make(storage_dir: str, base_url: str, kill_after: int) -> Any:
+
+def make(storage_dir: str, base_url: str, kill_after: int, in_append: bool = False) -> Any:
     sdk = OpenAI(api_key="test-key", base_url=base_url, max_retries=0, timeout=30)
+    marker = f'"stepId":"{STEPS[kill_after - 1]}"'.encode() if in_append and kill_after else None
 
     def killpoint(number: int) -> None:
-        if number == kill_after:
+        if number == kill_after and not in_append:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    @kassette(storage=LocalStorage(storage_dir))
+    @kassette(storage=KilledInAppend(storage_dir, marker))
     def agent(ctx: Context, task: str) -> dict[str, Any]:
         client = journaled(sdk, ctx)
         plan = client.chat.completions.create(
@@ -57,5 +65,6 @@ def make(storage_dir: str, base_url: str, kill_after: int) -> Any:
 
 if __name__ == "__main__":
     directory, run_id, url, kill = sys.argv[1:5]
-    result = make(directory, url, int(kill)).start("the launch", run_id=run_id)
+    in_append = sys.argv[5:] == ["append"]
+    result = make(directory, url, int(kill), in_append).start("the launch", run_id=run_id)
     print(json.dumps({"status": result.status, "result": result.result}))

@@ -196,22 +196,31 @@ def test_async_client_in_an_async_workflow(server: FakeOpenAI, async_client: Asy
     assert texts[0] == texts[1] == ("reply 1: hello", "reply 2: hello", "reply 3: go")
 
 
+@pytest.mark.parametrize(
+    ("kill", "asked"),
+    [(["3"], 3), (["4", "append"], 4)],
+    ids=["after-an-append", "between-an-answer-and-its-append"],
+)
 def test_a_sigkilled_worker_leaves_the_journaled_calls_for_the_next_one(
-    server: FakeOpenAI, tmp_path: Path
+    server: FakeOpenAI, tmp_path: Path, kill: list[str], asked: int
 ) -> None:
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     worker = [sys.executable, str(HERE / "openai_worker.py"), str(tmp_path), "k1", server.base_url]
     killed = subprocess.run(
-        [*worker, "3"], capture_output=True, text=True, timeout=120, env=environment
+        [*worker, *kill], capture_output=True, text=True, timeout=120, env=environment
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert server.total == 3  # chat, chat streamed, responses: all journaled before the kill
+    assert server.total == asked  # the calls made before the kill, the last answered or not
+    journal = read_journal(LocalStorage(tmp_path), "k1")
+    assert len([e for e in journal.entries if e["type"] == "step"]) == 3
     done = subprocess.run(
         [*worker, "0"], capture_output=True, text=True, timeout=120, env=environment
     )
     assert done.returncode == 0, done.stderr
 
-    assert server.total == 4, "only the fourth call reached the server again"
+    assert server.total == asked + 1, "only the fourth call reached the server again"
+    if asked == 4:
+        assert server.bodies[3] == server.bodies[4], "the unjournaled call, asked again"
     outcome = json.loads(done.stdout)
     assert outcome == {
         "status": "success",
@@ -219,7 +228,7 @@ def test_a_sigkilled_worker_leaves_the_journaled_calls_for_the_next_one(
             "plan": "reply 1: plan the launch",
             "draft": "reply 2: draft it",
             "review": "reply 3: review the draft",
-            "summary": "reply 4: summarise",
+            "summary": f"reply {asked + 1}: summarise",
         },
     }
     journal = read_journal(LocalStorage(tmp_path), "k1")
