@@ -168,8 +168,9 @@ COLOURS = """tree => [
   Object.fromEntries([...tree.querySelectorAll('.kassette-legend span > span')]
     .map(swatch => [getComputedStyle(swatch).backgroundColor, swatch.parentElement.textContent])),
   [...tree.querySelectorAll('.kassette-forest .kassette-node')]
-    .map(node => [
-      node.dataset.status, getComputedStyle(node.querySelector('.kx-pill')).backgroundColor,
+    .map(node => [  // a notebook's stored older script has no data-status: "run: status"
+      node.dataset.status ?? node.title.split(': ').pop(),
+      getComputedStyle(node.querySelector('.kx-pill')).backgroundColor,
     ]),
 ]"""
 
