@@ -44,6 +44,7 @@ SAVED = [
     "01-explore-a-run.ipynb",
     "02-speculative-forks.ipynb",
     "05-views.ipynb",
+    "06-model-calls.ipynb",
 ]  # with widget state
 WIDGET = "application/vnd.jupyter.widget-view+json"
 VEGA_LITE = "application/vnd.vegalite.v5+json"  # kx.timeline
