@@ -43,9 +43,7 @@ class FakeModelServer:
     `seed` changes what non-zero temperatures sample, never the answer at temperature 0.
     """
 
-    def __init__(
-        self, *, port: int = 0, seed: int = 0, latency: float = 0.0, host: str = "127.0.0.1"
-    ) -> None:
+    def __init__(self, *, port: int = 0, seed: int = 0, latency: float = 0.0) -> None:
         if latency < 0:
             raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
         self.seed = seed
@@ -55,7 +53,7 @@ class FakeModelServer:
         self._prefixes: set[str] = set()
         self._last_created = 0
         self._mutex = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fake-model-server", daemon=True
