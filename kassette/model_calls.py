@@ -25,6 +25,7 @@ Standard library only: the core (fork edits) reads model calls too.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -105,6 +106,8 @@ _ANTHROPIC_EVENTS = frozenset(
         "error",
     }
 )
+# the Responses stream events that carry the response as it ended
+_ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # a tool's arguments are the model's own data: never stripped as volatile
 _OPAQUE = frozenset({"input", "arguments", "partial_json"})
 
@@ -135,11 +138,8 @@ class ModelCall:
     `provider` is `"openai"` or `"anthropic"`; `method` the API method
     (`chat.completions.create`, `responses.create`, `messages.create`, `messages.stream`);
     `request` the request as sent when the entry records it (else None); `result` the response
-    as journaled; `stream` whether it is a recorded stream. `text` is the assistant's text,
-    joined (over the first choice, the output items, the text blocks or the stream's deltas);
-    `tool_calls` a list of `{"name", "arguments"}` (arguments decoded when they are JSON);
-    `finish_reason` one of `FINISH_REASONS` (or the provider's own word when it has no
-    equivalent, None when not reported).
+    as journaled; `stream` whether it is a recorded stream. The rest is read from the response
+    when first asked for: `model`, `text`, `tool_calls`, `finish_reason`, `usage`, `prompt`.
     """
 
     provider: str
@@ -147,11 +147,42 @@ class ModelCall:
     request: dict[str, Any] | None
     result: Any
     stream: bool
-    model: str | None
-    text: str
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: TokenUsage = field(default_factory=TokenUsage)
+    shape: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    """(provider, method) of the result's own shape; None for a result of no known shape."""
+
+    @property
+    def model(self) -> str | None:
+        """The model the response names (else the request's)."""
+        model = _stream_model(self.result["stream"]) if self.stream and self.shape else None
+        model = model or _text(_dict(self.result).get("model"))
+        if model is None and self.request is not None:
+            return _text(self.request.get("model"))
+        return model
+
+    @property
+    def text(self) -> str:
+        """The assistant's text, joined: over the first choice, the output items, the text
+        blocks or the stream's deltas."""
+        return self._read.text
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls asked for: `[{"name", "arguments"}]`, arguments decoded when they
+        are JSON."""
+        return self._read.tool_calls
+
+    @property
+    def finish_reason(self) -> str | None:
+        """One of `FINISH_REASONS`, or the provider's own word when it has no equivalent, None
+        when not reported."""
+        return self._read.finish_reason
+
+    @property
+    def usage(self) -> TokenUsage:
+        """The token counts, in one vocabulary for every provider."""
+        if self.shape is None or "_read" in self.__dict__:
+            return self._read.usage  # read with the rest already
+        return _USAGE_READERS[self.shape](self.result)
 
     @property
     def prompt(self) -> str | None:
@@ -162,6 +193,11 @@ class ModelCall:
         """The response without `VOLATILE_FIELDS` (at any depth, but never inside a tool's
         arguments): two calls that gave the same answer compare equal."""
         return _without_volatile(self.result)
+
+    @functools.cached_property
+    def _read(self) -> _Read:
+        # the whole response read once, when a field that needs more than its usage is asked
+        return _READERS[self.shape](self.result) if self.shape is not None else _Read()
 
 
 def read_model_call(entry: Mapping[str, Any]) -> ModelCall | None:
@@ -179,7 +215,7 @@ def read_model_result(result: Any, call: Any = None) -> ModelCall | None:
     holds; without one, the result's shape decides (see the module docstring).
     """
     shape = _shape(result)
-    recorded = call if isinstance(call, Mapping) else {}
+    recorded = call if isinstance(call, dict) else {}  # JSON: dicts (abc checks cost more)
     provider, method = recorded.get("provider"), recorded.get("method")
     if isinstance(provider, str) and isinstance(method, str):
         if shape is not None and shape[0] != provider:
@@ -189,27 +225,12 @@ def read_model_result(result: Any, call: Any = None) -> ModelCall | None:
     else:
         return None
     request = recorded.get("request")
-    request = dict(request) if isinstance(request, Mapping) else None
+    request = request if isinstance(request, dict) else None
     if shape is not None:
         stream = _is_stream(result)
     else:  # a result of no known shape: the request says whether a stream was asked for
         stream = method == "messages.stream" or (request or {}).get("stream") is True
-    read = _READERS[shape[0], shape[1]](result) if shape is not None else _Read()
-    model = read.model
-    if model is None and request is not None and isinstance(request.get("model"), str):
-        model = request["model"]
-    return ModelCall(
-        provider=provider,
-        method=method,
-        request=request,
-        result=result,
-        stream=stream,
-        model=model,
-        text=read.text,
-        tool_calls=read.tool_calls,
-        finish_reason=read.finish_reason,
-        usage=read.usage,
-    )
+    return ModelCall(provider, method, request, result, stream, shape)
 
 
 def response_from_text(call: ModelCall, text: str) -> Any:
@@ -289,7 +310,6 @@ def _is_stream(result: Any) -> bool:
 
 @dataclass
 class _Read:
-    model: str | None = None
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
@@ -307,7 +327,6 @@ def _read_chat(result: Any) -> _Read:
     if isinstance(message.get("function_call"), dict):
         calls.append(message["function_call"])
     return _Read(
-        model=_text(result.get("model")),
         text=_content_text(message.get("content"), ""),
         tool_calls=[_tool_call(c.get("name"), c.get("arguments")) for c in calls],
         finish_reason=_finish(choice.get("finish_reason")),
@@ -318,10 +337,8 @@ def _read_chat(result: Any) -> _Read:
 def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    finish, usage, model = None, None, None
+    finish = None
     for chunk in chunks:
-        model = model or _text(chunk.get("model"))
-        usage = chunk.get("usage") or usage
         for choice in _dicts(chunk.get("choices")):
             if choice.get("index", 0) != 0:
                 continue
@@ -339,11 +356,10 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
                     slot["arguments"] += function["arguments"]
             finish = choice.get("finish_reason") or finish
     return _Read(
-        model=model,
         text="".join(text),
         tool_calls=[_tool_call(c["name"], c["arguments"]) for _, c in sorted(calls.items())],
         finish_reason=_finish(finish),
-        usage=_openai_usage(usage),
+        usage=_chat_usage({"stream": chunks}),
     )
 
 
@@ -354,8 +370,7 @@ def _read_responses(result: Any) -> _Read:
     ended = [
         e["response"]
         for e in events
-        if e.get("type") in ("response.completed", "response.incomplete", "response.failed")
-        and isinstance(e.get("response"), dict)
+        if e.get("type") in _ENDED and isinstance(e.get("response"), dict)
     ]
     if ended:
         return _read_response(ended[-1])
@@ -393,7 +408,6 @@ def _read_response(response: dict[str, Any]) -> _Read:
     else:
         finish = None
     return _Read(
-        model=_text(response.get("model")),
         text="".join(text),
         tool_calls=calls,
         finish_reason=finish,
@@ -405,7 +419,6 @@ def _read_messages(result: Any) -> _Read:
     if not _is_stream(result):
         blocks = _dicts(result.get("content"))
         return _Read(
-            model=_text(result.get("model")),
             text=_blocks_text(blocks),
             tool_calls=[
                 _tool_call(b.get("name"), b.get("input"))
@@ -417,13 +430,11 @@ def _read_messages(result: Any) -> _Read:
         )
     message: dict[str, Any] = {}
     blocks_at: dict[int, dict[str, Any]] = {}
-    usage: dict[str, Any] = {}
     stop = None
     for event in result["stream"]:
         kind = event.get("type")
         if kind == "message_start":
             message = _dict(event.get("message"))
-            usage.update(_dict(message.get("usage")))
         elif kind == "content_block_start":
             blocks_at[event.get("index", 0)] = dict(_dict(event.get("content_block")))
         elif kind == "content_block_delta":
@@ -435,20 +446,68 @@ def _read_messages(result: Any) -> _Read:
                 block["partial_json"] = block.get("partial_json", "") + delta["partial_json"]
         elif kind == "message_delta":
             stop = _dict(event.get("delta")).get("stop_reason") or stop
-            usage.update({k: v for k, v in _dict(event.get("usage")).items() if v is not None})
     blocks = [blocks_at[index] for index in sorted(blocks_at)]
     for block in blocks:
         if block.get("type") == "tool_use" and "partial_json" in block:
             block["input"] = _decoded(block.pop("partial_json") or "{}")
-    return _read_messages(
-        {**message, "content": blocks, "stop_reason": stop, "usage": usage or None}
-    )
+    read = _read_messages({**message, "content": blocks, "stop_reason": stop, "usage": None})
+    read.usage = _messages_usage(result)
+    return read
 
 
 _READERS = {
     ("openai", _CHAT): _read_chat,
     ("openai", _RESPONSES): _read_responses,
     ("anthropic", _MESSAGES): _read_messages,
+}
+
+
+def _stream_model(items: list[Any]) -> str | None:
+    """The model a stream names: on its chat chunks, its Responses events' response, or its
+    Anthropic `message_start`'s message."""
+    for item in items:
+        named = item.get("model") or _dict(item.get("response") or item.get("message")).get("model")
+        if isinstance(named, str):
+            return named
+    return None
+
+
+def _chat_usage(result: Any) -> TokenUsage:
+    """A chat completion's usage; a stream's is on its last chunk that has one (when asked for
+    with `stream_options={"include_usage": True}`)."""
+    if not _is_stream(result):
+        return _openai_usage(result.get("usage"))
+    chunks = result["stream"]
+    return _openai_usage(next((c["usage"] for c in reversed(chunks) if c.get("usage")), None))
+
+
+def _responses_usage(result: Any) -> TokenUsage:
+    """A Responses API response's usage; a stream's is its final response's."""
+    if not _is_stream(result):
+        return _openai_usage(result.get("usage"))
+    ended = [e.get("response") for e in result["stream"] if e.get("type") in _ENDED]
+    return _openai_usage(_dict(ended[-1]).get("usage") if ended else None)
+
+
+def _messages_usage(result: Any) -> TokenUsage:
+    """An Anthropic message's usage; a stream's is `message_start`'s, updated by each
+    `message_delta`'s (its final output count, and any count it repeats)."""
+    if not _is_stream(result):
+        return _anthropic_usage(result.get("usage"))
+    usage: dict[str, Any] = {}
+    for event in result["stream"]:
+        kind = event.get("type")
+        if kind == "message_start":
+            usage.update(_dict(_dict(event.get("message")).get("usage")))
+        elif kind == "message_delta":
+            usage.update({k: v for k, v in _dict(event.get("usage")).items() if v is not None})
+    return _anthropic_usage(usage or None)
+
+
+_USAGE_READERS = {
+    ("openai", _CHAT): _chat_usage,
+    ("openai", _RESPONSES): _responses_usage,
+    ("anthropic", _MESSAGES): _messages_usage,
 }
 
 

@@ -35,7 +35,7 @@ from kassette.codec import (
     to_json,
     too_deep,
 )
-from kassette.explore.llm import llm_calls, run_totals
+from kassette.explore.llm import run_totals
 from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
@@ -187,7 +187,7 @@ def with_runs(
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
-    calls, given, taken, cost = run_totals(llm_calls(entries), list(run_ids))
+    calls, given, taken, cost = run_totals(entries, list(run_ids))
     columns += [pa.array(calls), pa.array(given), pa.array(taken), pa.array(cost, from_pandas=True)]
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 

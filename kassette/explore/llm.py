@@ -11,6 +11,7 @@ call's cost comes from `genai-prices` (`kassette.explore._cost`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from kassette.codec import to_json
 from kassette.explore._cost import call_costs
-from kassette.model_calls import read_model_call
+from kassette.model_calls import ModelCall, read_model_call
 
 __all__ = ["LLM_CALL_SCHEMA", "llm_calls", "run_totals"]
 
@@ -52,25 +53,11 @@ _CANDIDATE = (
 
 def llm_calls(entries: pa.Table) -> pa.Table:
     """One row per step of `entries` that is a model call (`LLM_CALL_SCHEMA`)."""
-    if not entries.num_rows:
-        return LLM_CALL_SCHEMA.empty_table()
-    is_candidate = pc.and_(
-        pc.equal(entries.column("type"), "step"),
-        pc.match_substring_regex(entries.column("value"), _CANDIDATE),
-    )
-    steps = entries.filter(is_candidate)
-    rows: list[tuple[Any, ...]] = []
-    names = ("run_id", "offset", "step_id", "duration_ms", "copied", "value")
-    for run_id, offset, step_id, duration, copied, value in zip(
-        *(steps.column(name).to_pylist() for name in names), strict=True
+    rows = []
+    for (run_id, offset, step_id, duration, copied), call in _model_calls(
+        entries, ("run_id", "offset", "step_id", "duration_ms", "copied")
     ):
-        try:
-            payload = json.loads(value)
-        except ValueError:
-            continue
-        call = read_model_call({**payload, "type": "step"}) if isinstance(payload, dict) else None
-        if call is None:
-            continue
+        text = call.text  # reads the whole response once, its usage with it
         usage = call.usage
         rows.append(
             (
@@ -80,13 +67,13 @@ def llm_calls(entries: pa.Table) -> pa.Table:
                 call.provider,
                 call.model,
                 call.prompt,
-                call.text,
-                to_json(call.tool_calls),
+                text,
+                to_json(call.tool_calls) if call.tool_calls else "[]",
                 call.finish_reason,
                 usage.input_tokens,
                 usage.output_tokens,
                 usage.total_tokens,
-                usage,
+                usage,  # priced below, all calls at once
                 duration,
                 bool(copied),
                 None if call.request is None else to_json(call.request),
@@ -96,31 +83,59 @@ def llm_calls(entries: pa.Table) -> pa.Table:
         [] for _ in LLM_CALL_SCHEMA.names
     ]
     at = LLM_CALL_SCHEMA.get_field_index
-    pricing = zip(
-        columns[at("provider")], columns[at("model")], columns[at("cost_usd")], strict=True
-    )
-    columns[at("cost_usd")] = call_costs(list(pricing))
-    return pa.Table.from_arrays(
-        [
-            pa.array(column, field.type)
-            for column, field in zip(columns, LLM_CALL_SCHEMA, strict=True)
-        ],
-        schema=LLM_CALL_SCHEMA,
-    )
+    priced = ("provider", "model", "cost_usd")
+    columns[at("cost_usd")] = call_costs(list(zip(*(columns[at(n)] for n in priced), strict=True)))
+    arrays = [pa.array(column, f.type) for column, f in zip(columns, LLM_CALL_SCHEMA, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=LLM_CALL_SCHEMA)
 
 
-def run_totals(calls: pa.Table, run_ids: list[str]) -> tuple[np.ndarray, ...]:
+def run_totals(entries: pa.Table, run_ids: list[str]) -> tuple[np.ndarray, ...]:
     """Per run of `run_ids`, over its own model calls (not a fork's copied ones): how many,
-    input tokens, output tokens, and cost in USD (NaN when a call's cost is unknown)."""
+    input tokens, output tokens, and cost in USD (NaN when a call's cost is unknown). Reads
+    only what those need of each call: its model and usage, not its text."""
     index = {run_id: number for number, run_id in enumerate(run_ids)}
-    totals = np.zeros((3, len(run_ids)), dtype=np.int64)
-    cost = np.zeros(len(run_ids), dtype=np.float64)
-    own = calls.filter(pc.invert(calls.column("copied")))
-    names = ("run_id", "input_tokens", "output_tokens", "cost_usd")
-    for run_id, given, taken, spent in zip(
-        *(own.column(name).to_pylist() for name in names), strict=True
-    ):
-        row = index[run_id]
-        totals[:, row] += (1, given or 0, taken or 0)
-        cost[row] += np.nan if spent is None else spent  # one unknown cost: the run's unknown
-    return totals[0], totals[1], totals[2], cost
+    own = entries.filter(pc.invert(entries.column("copied")))
+    rows, given, taken, priced = [], [], [], []
+    for (run_id,), call in _model_calls(own, ("run_id",)):
+        usage = call.usage
+        rows.append(index[run_id])
+        given.append(usage.input_tokens or 0)
+        taken.append(usage.output_tokens or 0)
+        priced.append((call.provider, call.model, usage))
+    spent = np.array(call_costs(priced), dtype=np.float64)  # None (unknown) becomes NaN
+    where = np.array(rows, dtype=np.int64)
+    size = len(run_ids)
+
+    def total(values: Any, kind: Any) -> np.ndarray:
+        return np.bincount(where, weights=values, minlength=size).astype(kind)
+
+    # a NaN among a run's costs makes its sum NaN: one unknown cost, the run's cost unknown
+    return (
+        np.bincount(where, minlength=size).astype(np.int64),
+        total(np.array(given, dtype=np.float64), np.int64),
+        total(np.array(taken, dtype=np.float64), np.int64),
+        total(spent, np.float64),
+    )
+
+
+def _model_calls(
+    entries: pa.Table, names: tuple[str, ...]
+) -> Iterator[tuple[tuple[Any, ...], ModelCall]]:
+    """The columns `names` and the model call of every step entry that is one: a regular
+    expression picks the candidates, and only those are parsed."""
+    if not entries.num_rows:
+        return
+    is_candidate = pc.and_(
+        pc.equal(entries.column("type"), "step"),
+        pc.match_substring_regex(entries.column("value"), _CANDIDATE),
+    )
+    steps = entries.filter(is_candidate)
+    columns = [steps.column(name).to_pylist() for name in (*names, "value")]
+    for *fields, value in zip(*columns, strict=True):
+        try:
+            payload = json.loads(value)
+        except ValueError:
+            continue
+        call = read_model_call({**payload, "type": "step"}) if isinstance(payload, dict) else None
+        if call is not None:
+            yield tuple(fields), call
