@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import pty
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -231,3 +235,47 @@ def test_the_terminal_bar_counts_branches_and_tokens() -> None:
     assert line.endswith("\n")
     assert display_for(False) is None
     assert display_for(True) is None  # pytest's stderr is not a terminal, nor a notebook
+
+
+def test_on_a_terminal_the_bar_goes_to_stderr_and_progress_false_silences_it() -> None:
+    code = """if True:
+        import sys
+        from kassette import MemoryStorage, kassette
+        from kassette import explore as kx
+
+        @kassette(storage=MemoryStorage())
+        def agent(ctx, task):
+            ctx.step("plan", lambda: "plan")
+            return ctx.step("draft", lambda: "draft")
+
+        agent.start(None, run_id="root")
+        kx.fan_out(agent, "root", step="draft", n=3, progress=sys.argv[1] == "on")
+    """
+    for setting in ("on", "off"):
+        leader, follower = pty.openpty()  # stderr is a terminal; stdout a pipe
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run(
+            [sys.executable, "-c", code, setting],
+            stderr=follower,
+            stdout=subprocess.PIPE,
+            env=env,
+            timeout=120,
+            check=True,
+        )
+        os.close(follower)
+        shown = b""
+        for _ in range(1000):  # until the terminal reports the other side closed
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+        os.close(leader)
+        assert done.stdout == b""  # the bar never goes to stdout
+        if setting == "on":
+            assert b"\rfan-out [########################] 3/3 branches" in shown, shown
+            assert b"3 succeeded" in shown
+        else:
+            assert shown == b"", shown
