@@ -112,7 +112,9 @@ class _Ledger:
     def _spent_in(branch: Branch, new: bytes) -> list[Spent]:
         found = []
         for line in new.splitlines():
-            if b'"step"' not in line:
+            # only a model call spends, and one either says so (`call`) or reports `usage`:
+            # other lines are not decoded (a call with neither would count for 0 tokens)
+            if b'"step"' not in line or (b"usage" not in line and b'"call":' not in line):
                 continue
             try:
                 entry = decode_line(line)

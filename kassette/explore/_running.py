@@ -19,11 +19,13 @@ rather than die mid-step and break the pool.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import (
@@ -47,6 +49,9 @@ AnyWorkflow = Workflow[Any, Any] | AsyncWorkflow[Any, Any]
 INTERRUPT = "interrupt"  # why a branch stopped: the fan-out's caller was interrupted
 BUDGET = "budget"  # ... or the fan-out's model calls spent its budget
 WAIT_S = 0.2  # how often a waiting fan-out looks up from its futures (for the budget)
+# after an interrupt, how long a fan-out on an executor it cannot stop (Dask) waits for its
+# running branches to reach a step boundary before it returns without them
+OTHER_EXECUTOR_WAIT_S = 10.0
 _REPORTED: dict[str, ResultStatus] = {
     "completed": "success",
     "failed": "failed",
@@ -324,7 +329,12 @@ def _on_executor(
             index = running.pop(future)
             board.ended(index, outcome_of(branches[index].run_id, future))
 
+    gave_up_at = math.inf  # when to stop waiting for branches an interrupt could not reach
     while running or (queue and not stop.is_set()):
+        if time.monotonic() > gave_up_at:
+            for index in running.values():
+                board.ended(index, Halted(branches[index].run_id, INTERRUPT))
+            return True, True
         try:
             while queue and len(running) < limit and not stop.is_set():
                 index = queue[0]
@@ -341,7 +351,12 @@ def _on_executor(
                 return True, True
             interrupted = True
             stop.set(INTERRUPT)
-            end({future for future in running if future.cancel()})  # queued, not running yet
+            if isinstance(executor, ThreadPoolExecutor | ProcessPoolExecutor):
+                # their cancel() takes back only what has not started; Dask's would drop a
+                # running branch's future and leave it running: the flag stops those
+                end({future for future in running if future.cancel()})
+            else:  # a worker elsewhere may never see the flag, or have died of the SIGINT
+                gave_up_at = time.monotonic() + OTHER_EXECUTOR_WAIT_S
     return interrupted, False
 
 

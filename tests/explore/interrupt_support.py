@@ -84,8 +84,12 @@ def executor_for(mode: str) -> Executor | None:
     if mode == "dask":
         from distributed import Client, LocalCluster
 
+        # workers in this process: worker processes in its group would die of the SIGINT
         cluster = LocalCluster(
-            n_workers=2, threads_per_worker=2, host="127.0.0.1", dashboard_address=None
+            n_workers=2,
+            threads_per_worker=2,
+            processes=False,
+            dashboard_address=None,
         )
         return Client(cluster).get_executor()  # type: ignore[no-any-return]
     return None

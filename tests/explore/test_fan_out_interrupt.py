@@ -64,7 +64,8 @@ def _last_json(output: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("mode", "at_once"), [("threads", BRANCHES), ("loop", BRANCHES), ("processes", 4)]
+    ("mode", "at_once"),
+    [("threads", BRANCHES), ("loop", BRANCHES), ("processes", 4), ("dask", 4)],
 )
 def test_sigint_stops_the_fan_out_at_step_boundaries_and_the_same_call_continues(
     tmp_path: Path, mode: str, at_once: int
