@@ -244,3 +244,77 @@ def test_cli_fork_with_a_text_result_journals_a_response(client: OpenAI, tmp_pat
     assert refused.returncode == 2
     assert "give the answer's text" in json.loads(refused.stderr)["error"]["message"]
     assert storage.read("cli2") is None
+
+
+# -- Anthropic --------------------------------------------------------------------------------
+
+CLAUDE = "claude-3-5-haiku-20241022"
+
+
+def claude_writer(storage: Storage, server: FakeModelServer, how: str) -> Any:
+    """The same two-call agent on the Anthropic SDK: `how` is `create`, `stream` (create with
+    stream=True) or `helper` (messages.stream)."""
+    anthropic = pytest.importorskip("anthropic")
+    from kassette.integrations.anthropic import journaled as journaled_anthropic
+
+    client = anthropic.Anthropic(api_key="unused", base_url=server.anthropic_base_url)
+
+    @kassette(storage=storage)
+    def agent(ctx: Any, topic: str) -> dict[str, Any]:
+        model = journaled_anthropic(client, ctx)
+        asked = {"model": CLAUDE, "max_tokens": 200,
+                 "messages": [{"role": "user", "content": f"Draft: {topic}"}]}  # fmt: skip
+        if how == "create":
+            message = model.messages.create(**asked)
+            draft = "".join(block.text for block in message.content if block.type == "text")
+        elif how == "stream":
+            events = list(model.messages.create(**asked, stream=True))
+            draft = "".join(
+                e.delta.text
+                for e in events
+                if e.type == "content_block_delta" and e.delta.type == "text_delta"
+            )
+        else:
+            with model.messages.stream(**asked) as stream:
+                draft = "".join(stream.text_stream)
+        review = model.messages.create(
+            model=CLAUDE, max_tokens=200,
+            messages=[{"role": "user", "content": f"Review: {draft}"}],
+        )  # fmt: skip
+        return {"draft": draft, "review": review.content[0].text}
+
+    return agent
+
+
+@pytest.mark.parametrize("how", ["create", "stream", "helper"])
+def test_an_anthropic_call_is_edited_with_text(model_server: FakeModelServer, how: str) -> None:
+    storage = MemoryStorage()
+    agent = claude_writer(storage, model_server, how)
+    agent.start("tides", run_id="source")
+    asked = model_server.request_count
+    source_draft = draft_step(storage, "source")
+    assert read_model_call(source_draft) is not None
+
+    forked = agent.fork("source", step=source_draft["stepId"], result="Un meilleur brouillon.")
+
+    assert forked.status == "success"
+    assert forked.result["draft"] == "Un meilleur brouillon."
+    assert model_server.request_count == asked + 1  # the review only
+    entry = next(e for e in read_journal(storage, forked.run_id).entries if e.get("edited"))
+    assert entry["call"] == source_draft["call"]
+    edited = read_model_call(entry)
+    assert edited is not None
+    assert (edited.provider, edited.stream, edited.text) == (
+        "anthropic",
+        how != "create",
+        "Un meilleur brouillon.",
+    )
+    if how == "create":
+        from anthropic.types import Message
+
+        Message.model_validate(entry["result"])
+    with pytest.raises(
+        InvalidArgumentError, match=r"an Anthropic message|Anthropic message events"
+    ):
+        agent.fork("source", step=source_draft["stepId"], result=COMPLETION, new_run_id="bad")
+    assert storage.read("bad") is None
