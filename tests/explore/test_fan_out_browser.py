@@ -5,6 +5,7 @@ A notebook fans out 8 branches of three model calls that each take a second, 4 a
 progress line must show branches running and tokens spent while it runs (a screenshot is
 taken then); JupyterLab's "interrupt the kernel" (a real SIGINT) must end the cell with
 `FanOutInterrupted`, its branches stopped and open; running the cell again finishes all 8.
+Then the same for an `async def` workflow, whose branches run on an event loop of their own.
 """
 
 from __future__ import annotations
@@ -64,6 +65,25 @@ def agent(ctx, task):
 agent.start("task", run_id="root")""",
         """branches = kx.fan_out(agent, "root", step="chat", n=8, max_workers=4)""",
         """branches.frame[["run_id", "status"]]""",
+        """\
+import asyncio
+
+
+async def answer(text):
+    await asyncio.sleep(1.0)
+    return text
+
+
+@kassette(storage=LocalStorage("sweep-async"))
+async def async_agent(ctx, task):
+    await ctx.step("plan", lambda: "plan")
+    for n in range(3):
+        await ctx.step("chat", lambda n=n: answer(f"answer {n}"))
+    return "done"
+
+
+await async_agent.start("task", run_id="root")""",
+        """async_branches = kx.fan_out(async_agent, "root", step="chat", n=8, max_workers=4)""",
     ]
     write_notebook(path, cells)
 
@@ -99,4 +119,24 @@ def test_the_progress_line_counts_a_running_fan_out_and_an_interrupt_stops_it(
     expect(line).to_contain_text("8/8 branches · 0 running · 8 succeeded · 0 failed")
     line.screenshot(path=tmp_path / "fan-out-progress-done.png")
     assert {run_status(storage, f"root.chat.{n}").status for n in range(8)} == {"completed"}
+
+    # an async def workflow: its branches run on a loop in a thread of their own (the
+    # kernel's loop is busy running this cell), and the interrupt reaches them there too
+    lab.page.evaluate(RUN_CELL, {"id": panel_id, "index": 3})
+    lab.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=CELL_TIMEOUT)
+    lab.page.evaluate(START_CELL, {"id": panel_id, "index": 4})
+    async_cell = panel.locator(".jp-CodeCell").nth(4)
+    async_line = async_cell.locator(".kassette-fan-out-progress")
+    expect(async_line).to_contain_text("4 running")
+    lab.page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+    outputs = async_cell.locator(".jp-OutputArea")
+    expect(outputs).to_contain_text("FanOutInterrupted", timeout=WAIT * 2)
+    lab.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=CELL_TIMEOUT)
+    expect(async_line).to_contain_text(re.compile(r" 0 running .* stopped by interrupt$"))
+    async_line.screenshot(path=tmp_path / "fan-out-progress-async-interrupted.png")
+    lab.page.evaluate(RUN_CELL, {"id": panel_id, "index": 4})
+    lab.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=CELL_TIMEOUT)
+    expect(async_cell.locator(".kassette-fan-out-progress").last).to_contain_text(
+        "8/8 branches · 0 running · 8 succeeded"
+    )
     print(f"screenshots: {tmp_path} ({WAIT} ms waits)")
