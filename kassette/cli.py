@@ -402,7 +402,10 @@ def _parser() -> _Parser:
     )
     sub.add_argument("out", metavar="OUT", help="a directory, created if missing")
     sub.add_argument(
-        "--format", choices=("parquet", "jsonl", "csv"), default="parquet", help="default parquet"
+        "--format",
+        choices=("parquet", "jsonl", "csv", "otlp"),
+        default="parquet",
+        help="default parquet; otlp: OpenTelemetry traces in OUT/traces.jsonl (docs/otel.md)",
     )
     sub.add_argument(
         "--overwrite", action="store_true", help="write into OUT even if it is not empty"

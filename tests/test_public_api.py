@@ -223,7 +223,9 @@ def private_imports() -> list[str]:
                 parts = target.split(".")
                 for depth, part in enumerate(parts):
                     owner = ".".join(parts[:depth])  # the package a private module belongs to
-                    if private(part) and not here.startswith(owner + "."):
+                    # a package's own `__init__` may import its private modules (re-exports)
+                    inside = here == owner or here.startswith(owner + ".")
+                    if private(part) and not inside:
                         found.append(f"{here}:{node.lineno} imports private module {target}")
                 if target == module and private(name) and module != here:
                     found.append(f"{here}:{node.lineno} imports private name {dotted}")

@@ -11,6 +11,7 @@
     journals.sql("select ... from runs")   # DuckDB over runs, entries and llm_calls
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
+    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (the otel extra)
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
@@ -42,6 +43,9 @@ from kassette.explore.lineage import Lineage, RunNode, lineage  # noqa: E402
 from kassette.explore.timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if TYPE_CHECKING:
+    from kassette.explore._otlp import send_otlp, to_otlp
+
+if TYPE_CHECKING:
     from kassette.explore.widgets import CompareView, ForkExplorer, RunTree
 
 __all__ = [
@@ -61,16 +65,24 @@ __all__ = [
     "fan_out",
     "lineage",
     "load",
+    "send_otlp",
     "timeline",
+    "to_otlp",
 ]
 
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
+_OTLP = {"send_otlp", "to_otlp"}
 
 
 def __getattr__(name: str) -> Any:
-    """The widgets import ipywidgets, so they load on first use."""
+    """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
+    extra), so they load on first use."""
     if name in _WIDGETS:
         from kassette.explore import widgets
 
         return getattr(widgets, name)
+    if name in _OTLP:
+        from kassette.explore import _otlp
+
+        return getattr(_otlp, name)
     raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")

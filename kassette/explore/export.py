@@ -9,6 +9,8 @@ embedded as JSON; in CSV they are JSON text. Entries are read and
 written a batch at a time, so a store larger than memory exports too, with a progress bar on
 stderr when that is a terminal. A directory that holds anything is written into only with
 `overwrite=True`, which replaces the format's own output and leaves other files alone.
+`format="otlp"` writes the runs as OpenTelemetry traces instead: `traces.jsonl`, one OTLP/JSON
+request per batch of runs (`kassette.explore._otlp`, docs/otel.md).
 
 With `partition_by`, Parquet entries are a hive-partitioned dataset written in one
 `pyarrow.dataset.write_dataset` pass. An entry column partitions as it is; `run_bucket`,
@@ -26,7 +28,6 @@ import json
 import os
 import shutil
 import sys
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -39,14 +40,15 @@ import pyarrow.dataset as pa_dataset
 import pyarrow.parquet as pq
 
 from kassette.errors import InvalidArgumentError, JournalCorruptionError
+from kassette.explore._bar import Progress
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
 from kassette.storage import Storage
 
 __all__ = ["FORMATS", "RUN_PARTITIONS", "ParquetSink", "export"]
 
-Format = Literal["parquet", "jsonl", "csv"]
-FORMATS: tuple[Format, ...] = ("parquet", "jsonl", "csv")
+Format = Literal["parquet", "jsonl", "csv", "otlp"]
+FORMATS: tuple[Format, ...] = ("parquet", "jsonl", "csv", "otlp")
 
 # Partition columns computed from each entry's run (added to the entries dataset): name -> type
 RUN_PARTITIONS = {
@@ -306,42 +308,6 @@ def _json_lines(table: pa.Table) -> Iterator[str]:
         yield "{" + ",".join(parts) + "}\n"
 
 
-class _Progress:
-    """`export  [#########...........]  450/1000 runs` on stderr, redrawn in place; a
-    partitioned export adds `, 120 files written` as its files are finished."""
-
-    def __init__(self, total: int, stream: IO[str] | None, width: int = 30) -> None:
-        self.total, self.done, self.stream, self.width = total, 0, stream, width
-        self.files = 0
-        self._drawn = 0.0
-
-    def advance(self, runs: int) -> None:
-        self.done += runs
-        self._draw(force=self.done >= self.total)
-
-    def wrote(self) -> None:
-        """One more file finished (called from the writer's threads)."""
-        self.files += 1
-        self._draw(force=False)
-
-    def _draw(self, *, force: bool) -> None:
-        now = time.monotonic()
-        if self.stream is not None and (now - self._drawn > 0.1 or force):
-            filled = self.width * self.done // max(self.total, 1)
-            bar = "#" * filled + "." * (self.width - filled)
-            files = f", {self.files} files written" if self.files else ""
-            self.stream.write(f"\rexport  [{bar}]  {self.done}/{self.total} runs{files}")
-            self.stream.flush()
-            self._drawn = now
-
-    def close(self) -> None:
-        if self.stream is not None and self._drawn:
-            if self.files:
-                self._draw(force=True)
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def export(
     storage_or_url: Storage | str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -355,8 +321,10 @@ def export(
 ) -> dict[str, Any]:
     """Write the entries and runs of every run (or of `run_ids`) into the directory `out`.
 
-    `format` is "parquet", "jsonl" or "csv". `out` must be missing or empty unless
-    `overwrite`, which first removes that format's own output there (other files stay).
+    `format` is "parquet", "jsonl", "csv" or "otlp" (OpenTelemetry traces in `traces.jsonl`,
+    one OTLP/JSON request per line: docs/otel.md; needs the `otel` extra). `out` must be
+    missing or empty unless `overwrite`, which first removes that format's own output there
+    (other files stay).
     `progress` draws a progress bar on stderr; None (the default) draws it when stderr is a
     terminal. With `partition_by` (Parquet only: entry columns such as `["run_id"]`, or
     `run_bucket`, `run_date`, `status`: see `RUN_PARTITIONS`), the entries are a
@@ -383,13 +351,9 @@ def export(
     storage = existing_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
     total = len(wanted) if wanted is not None else sum(1 for _ in storage.list_runs())
-    sink: Sink = (
-        ParquetSink(directory, partition_by=partitions)
-        if format == "parquet"
-        else (_CsvSink(directory) if format == "csv" else _JsonLinesSink(directory))
-    )
+    sink = _sink(directory, format, partitions)
     show = sys.stderr.isatty() if progress is None else progress
-    bar = _Progress(total, sys.stderr if show else None)
+    bar = Progress(total, sys.stderr if show else None)
     runs: list[pa.Table] = []
     entries = 0
     corrupt: list[JournalCorruptionError] | None = [] if skip_corrupt else None
@@ -437,6 +401,16 @@ def export(
     return summary
 
 
+def _sink(directory: Path, format: Format, partitions: list[str] | None) -> Sink:
+    if format == "otlp":  # opentelemetry-proto: imported when asked for, with its install hint
+        from kassette.explore._otlp import OtlpSink
+
+        return OtlpSink(directory)
+    if format == "parquet":
+        return ParquetSink(directory, partition_by=partitions)
+    return _CsvSink(directory) if format == "csv" else _JsonLinesSink(directory)
+
+
 def _readable(
     batch: Batch, corrupt: list[JournalCorruptionError] | None
 ) -> list[tuple[pa.Table, pa.Table]]:
@@ -472,8 +446,10 @@ def _clear(directory: Path, format: Format, overwrite: bool) -> None:
 
 def _remove_own(directory: Path, format: Format) -> None:
     """Remove what an export of `format` writes into `directory`, and nothing else."""
-    for name in ("entries", "runs"):
-        own = directory / (name if format == "parquet" else f"{name}.{format}")
+    names = ("traces",) if format == "otlp" else ("entries", "runs")
+    for name in names:
+        suffix = "jsonl" if format == "otlp" else format
+        own = directory / (name if format == "parquet" else f"{name}.{suffix}")
         if own.is_dir() and not own.is_symlink():
             shutil.rmtree(own)
         elif own.exists() or own.is_symlink():

@@ -1,0 +1,74 @@
+"""A store for the OpenTelemetry tests: every shape issue 22 names, made by real workflows.
+
+resumed     plan, a parallel block of two branches, a wait for "review" resumed a minute
+            later in a second session, complete
+failed      plan, then the workflow raises
+source      plan, then two model calls (draft, review) through the real OpenAI SDK
+            against the local model server, complete
+edited      a fork of `source` at the draft, its answer edited with text
+fan.0-4     a 5-branch fan-out of `source` at the draft, params temperature 0.0-0.8
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai import OpenAI
+
+from kassette import Storage, kassette
+from kassette import explore as kx
+from kassette.integrations.openai import journaled
+from kassette.testing import FakeClock, FakeModelServer
+
+MODEL = "gpt-4o-mini"
+DRAFT = "chat.completions.create"  # the draft's step id: the first model call
+RUNS = ["resumed", "failed", "source", "edited", *[f"fan.{i}" for i in range(5)]]
+
+
+def populate(storage: Storage, server: FakeModelServer) -> None:
+    clock = FakeClock()
+    with OpenAI(api_key="unused", base_url=server.openai_base_url, max_retries=0) as client:
+
+        @kassette(storage=storage, clock=clock, version="otel-v1")
+        def agent(ctx: Any, task: dict[str, Any]) -> Any:
+            ctx.step("plan", lambda: {"goal": task["goal"]})
+            clock.advance(1)
+            if task.get("fail"):
+                raise RuntimeError("the plan cannot be done")
+            if task.get("review"):
+                ctx.parallel(
+                    {
+                        "left": lambda branch: branch.step("fetch", lambda: "L"),
+                        "right": lambda branch: branch.step("fetch", lambda: "R"),
+                    },
+                    name="gather",
+                )
+                return ctx.suspend("review", reason="please check")
+            model = journaled(client, ctx)
+            temperature = ctx.params.get("temperature", 0.7)
+            draft = model.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": f"Draft: {task['goal']}"}],
+                temperature=temperature,
+            )
+            text = draft.choices[0].message.content or ""
+            review = model.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": f"Review: {text}"}]
+            )
+            return {"draft": text, "review": review.choices[0].message.content}
+
+        agent.start({"goal": "parse", "review": True}, run_id="resumed")
+        clock.advance(60)
+        agent.resume("resumed", "review", {"approved": True})
+        agent.start({"goal": "parse", "fail": True}, run_id="failed")
+        agent.start({"goal": "write"}, run_id="source")
+        agent.fork("source", step=DRAFT, new_run_id="edited", result="an edited draft")
+        kx.fan_out(
+            agent,
+            "source",
+            step=DRAFT,
+            params=[{"temperature": i / 5} for i in range(5)],
+            prefix="fan",
+            progress=False,
+            max_workers=1,
+        )
