@@ -916,8 +916,9 @@ def test_status_of_every_byte_cut_of_a_real_journal_is_the_parsed_prefixs(tmp_pa
 
 
 def test_status_is_the_run_status_its_constructor_builds() -> None:
-    """The fold fills a RunStatus's fields at once (`kassette.journal._status`): every field,
-    nothing else, still frozen."""
+    """Both folds end in `kassette.listing.folded_status`, which fills a RunStatus's fields at
+    once (`RunStatus.of_fields`): every field, nothing else, still frozen, as its constructor
+    builds it."""
     stamp = "2026-01-01T00:00:00.000Z"
     source = {"runId": "src", "fromOffset": 1}
     data = b"".join(
