@@ -96,7 +96,7 @@ def play(storage):
     deliver("start INC-3, canceled while it runs", triage, {"run_id": "INC-3", "input": canceled})
     triage.start(ticket, run_id="INC-4")
     deliver("start INC-4 with workflow version v2", triage_v2, {"run_id": "INC-4"})
-    open_run(storage, "INC-5", metadata=ticket).close()  # a session that has not suspended yet
+    open_run(storage, "INC-5", input=ticket).close()  # a session that has not suspended yet
     deliver("resume INC-5 before it suspends", triage, {"run_id": "INC-5", **approve})
     deliver("resume INC-6, a run that does not exist", triage, {"run_id": "INC-6", **approve})
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -170,7 +171,7 @@ class Run:
         token: str,
         lock: Any,
         *,
-        metadata: Any,
+        input: Any,
         version: str | None,
         clock: Clock,
     ) -> None:
@@ -178,7 +179,7 @@ class Run:
         self.journal = journal
         self.run_id = journal.run_id
         self.session = journal.max_session
-        self.metadata = metadata
+        self.input = input
         self.version = version
         self.ids = StepIds()
         self._lock = lock
@@ -189,6 +190,12 @@ class Run:
         self._recorded = list(journal.steps)  # step ids, in the order they were journaled
         self._replayed: set[str] = set()
         self.before_step = _BEFORE_STEP.get()  # see `checking_before_steps`
+
+    @property
+    def metadata(self) -> Any:
+        """Deprecated spelling of `input` (the journal's field keeps the name `metadata`)."""
+        warnings.warn("Run.metadata is deprecated: use Run.input", DeprecationWarning, stacklevel=2)
+        return self.input
 
     def __enter__(self) -> Run:
         return self
@@ -487,6 +494,8 @@ def checking_before_steps(check: Callable[[], None]) -> Iterator[None]:
 
 
 # set by `Run._deferring`: the run whose appends in this thread or task are queued, not written
+_UNSET: Any = object()  # `open_run(metadata=)` not given
+
 _DEFERRED: ContextVar[tuple[Run, list[Queued]] | None] = ContextVar(
     "kassette_deferred", default=None
 )
@@ -496,24 +505,35 @@ def open_run(
     storage: Storage | str,
     run_id: str,
     *,
-    metadata: Any = None,
+    input: Any = None,
     version: str | None = None,
     clock: Clock | None = None,
     params: Mapping[str, Any] | None = None,
+    metadata: Any = _UNSET,
 ) -> Run:
     """Open a new fenced session of `run_id`, creating the run when it does not exist.
 
-    `metadata` (the run's input) and `params` (a JSON object, `Run.params`) are recorded by
-    the session that creates the run and checked against the journal for an existing run;
+    `input` (journaled as the `start` entry's `metadata`) and `params` (a JSON object,
+    `Run.params`) are recorded by the session that creates the run and checked against the
+    journal for an existing run;
     leave them out (None) to continue a run with whatever it was started with. `version` is
     checked against the first `start` entry that has one. Raises `TerminalRunError` for an
     ended run, `RunLockedError` when another live process holds it. Every function here takes
-    a `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`).
+    a `Storage` or a storage URL (`file:PATH`, `memory:`, `s3://...`). `metadata=` is the
+    deprecated spelling of `input=`.
     """
+    if metadata is not _UNSET:
+        warnings.warn(
+            "open_run(metadata=...) is deprecated: pass input=... (the journal keeps the "
+            "field's name, metadata)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        input = metadata
     return _open_session(
         open_storage(storage),
         run_id,
-        metadata=metadata,
+        input=input,
         params=check_params(params, run_id),
         version=version,
         clock=clock or SystemClock(),
@@ -573,7 +593,7 @@ def open_fork(
     return _open_session(
         storage,
         new_id,
-        metadata=None,
+        input=None,
         params=checked,
         version=version,
         clock=clock or SystemClock(),
@@ -585,7 +605,7 @@ def _open_session(
     storage: Storage,
     run_id: str,
     *,
-    metadata: Any,
+    input: Any,
     params: dict[str, Any] | None,
     version: str | None,
     clock: Clock,
@@ -594,7 +614,7 @@ def _open_session(
     opened = open_session(
         storage,
         run_id,
-        metadata=metadata,
+        metadata=input,
         params=params,
         version=version,
         clock=clock,
@@ -606,7 +626,7 @@ def _open_session(
             opened.journal,
             opened.token,
             opened.lock,
-            metadata=opened.metadata,
+            input=opened.metadata,
             version=version,
             clock=clock,
         )

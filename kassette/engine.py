@@ -18,7 +18,7 @@ from kassette.clock import Clock, SystemClock
 from kassette.codec import check_json, new_run_id
 from kassette.core import Run, open_fork, open_run, read_journal
 from kassette.errors import InvalidArgumentError, KassetteError, Suspended
-from kassette.state import ErrorInfo, html_table
+from kassette.state import ErrorInfo, RunStatus, html_table
 from kassette.storage import Storage, open_storage
 
 __all__ = ["Engine", "RunResult"]
@@ -26,6 +26,20 @@ __all__ = ["Engine", "RunResult"]
 I = TypeVar("I")  # noqa: E741 - the workflow's input
 R = TypeVar("R")
 ResultStatus = Literal["success", "suspended", "failed", "canceled"]
+# the one translation between a stored run's state (RunStatus) and an invocation's outcome
+_OUTCOMES: dict[str, ResultStatus] = {
+    "completed": "success",
+    "suspended": "suspended",
+    "failed": "failed",
+    "canceled": "canceled",
+}
+_STATES: dict[str, str] = {outcome: state for state, outcome in _OUTCOMES.items()}
+
+
+def run_state(outcome: str) -> str:
+    """An invocation's outcome (`RunResult.status`) in `RunStatus`'s words: `"completed"` for
+    `"success"`; other words (a fan-out's `"raised"`, say) as they are."""
+    return _STATES.get(outcome, outcome)
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,17 @@ class RunResult:
     def event(self) -> str | None:
         """The first pending event id, or None."""
         return self.events[0] if self.events else None
+
+    @classmethod
+    def from_status(cls, status: RunStatus) -> RunResult | None:
+        """What an invocation of a run in `status` reports without running anything: its end,
+        or the events it waits for; None for a running run (an invocation would continue it)."""
+        outcome = _OUTCOMES.get(status.status)
+        if outcome is None:
+            return None
+        if outcome == "suspended":
+            return cls(status.run_id, outcome, events=status.pending_events)
+        return cls(status.run_id, outcome, result=status.result, error=status.error)
 
     def __repr__(self) -> str:
         # `unreplayed` is shown only when it names something: it rarely does
@@ -107,7 +132,7 @@ class Engine(Generic[I, R]):
         return open_run(
             self.storage,
             run_id,
-            metadata=input,
+            input=input,
             version=self.version,
             clock=self.clock,
             params=params,

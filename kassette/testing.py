@@ -172,7 +172,7 @@ class StorageConformance:
         assert list(storage.list_runs()) == []
 
     def test_offsets_stay_dense_under_concurrent_sessions(self, storage: Storage) -> None:
-        with open_run(storage, "r1", metadata={"n": 1}) as run:
+        with open_run(storage, "r1", input={"n": 1}) as run:
             run.record("a", lambda: 1)
         outcomes: dict[int, BaseException | None] = {}
         start = threading.Barrier(4)
@@ -311,7 +311,7 @@ class StorageConformance:
         assert read_stamps(storage)["r3"] != torn
 
     def test_older_session_is_fenced(self, storage: Storage) -> None:
-        old = open_run(storage, "r1", metadata=None)
+        old = open_run(storage, "r1", input=None)
         old.record("a", lambda: 1)
         old.close()  # let a newer session in, as a reclaimed lock would
         with open_run(storage, "r1") as new:
@@ -326,7 +326,7 @@ class StorageConformance:
         assert [e.get("stepId") for e in journal.entries if e["type"] == "step"] == ["a", "b"]
 
     def test_fork_and_cancel_round_trip(self, storage: Storage) -> None:
-        with open_run(storage, "src", metadata={"q": 1}) as run:
+        with open_run(storage, "src", input={"q": 1}) as run:
             run.record("plan", lambda: "p")
             run.record("build", lambda: "b")
         new = fork_run(storage, "src", step="build", new_run_id="dst")

@@ -350,7 +350,7 @@ class Workflow(Engine[I, R]):
     def _invoke(self, run: Run) -> RunResult:
         with run:
             try:
-                value = self.fn(Context(run, run.ids), run.metadata)
+                value = self.fn(Context(run, run.ids), run.input)
             except BaseException as exc:  # _settle journals or re-raises
                 return self._settle(run, exc=exc)
             return self._settle(run, value)
@@ -414,7 +414,7 @@ class AsyncWorkflow(Engine[I, R]):
             run = await _off_loop(io, contextvars.copy_context().run, open_session, *args)
             try:
                 try:
-                    value = await self.fn(AsyncContext(run, run.ids, io), run.metadata)
+                    value = await self.fn(AsyncContext(run, run.ids, io), run.input)
                 except BaseException as exc:  # _settle journals or re-raises
                     return await _off_loop(io, self._settle, run, None, exc)
                 return await _off_loop(io, self._settle, run, value)

@@ -97,7 +97,7 @@ def write_runs(cli: Cli) -> FakeClock:
     clock.advance(1)
     suspending(cli.storage, clock).start("x", run_id="waiting")
     clock.advance(1)
-    with open_run(cli.storage, "open", metadata={"n": 1}, clock=clock) as run:
+    with open_run(cli.storage, "open", input={"n": 1}, clock=clock) as run:
         run.record("first", lambda: 1)
     clock.advance(1)
 

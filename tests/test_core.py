@@ -71,16 +71,26 @@ def never_called() -> Any:
 # -- sessions and replay --------------------------------------------------------------------
 
 
+def test_open_run_metadata_is_a_deprecated_spelling_of_input(storage: Storage) -> None:
+    with pytest.warns(DeprecationWarning, match=r"open_run\(metadata=\.\.\.\) is deprecated"):
+        run = open_run(storage, "old", metadata={"ticket": 7})
+    with run:
+        assert run.input == {"ticket": 7}
+        with pytest.warns(DeprecationWarning, match=r"Run\.metadata is deprecated"):
+            assert run.metadata == {"ticket": 7}
+    assert read_journal(storage, "old").entries[0]["metadata"] == {"ticket": 7}
+
+
 def test_open_run_creates_the_run_with_a_start_entry(storage: Storage) -> None:
     assert list(storage.list_runs()) == []
-    with open_run(storage, "r1", metadata={"ticket": 7}, version="v1") as run:
-        assert run.run_id == "r1" and run.session == 1 and run.metadata == {"ticket": 7}
+    with open_run(storage, "r1", input={"ticket": 7}, version="v1") as run:
+        assert run.run_id == "r1" and run.session == 1 and run.input == {"ticket": 7}
         assert run.replaying is False
     (first,) = read_journal(storage, "r1").entries
     assert first["type"] == "start" and first["session"] == 1 and first["offset"] == 0
     assert first["metadata"] == {"ticket": 7} and first["version"] == "v1"
     assert "source" not in first
-    with open_run(storage, "r1", metadata={"ticket": 7}, version="v1") as run:
+    with open_run(storage, "r1", input={"ticket": 7}, version="v1") as run:
         assert run.session == 2
     entries = read_journal(storage, "r1").entries
     assert [(e["type"], e["session"], e["offset"]) for e in entries] == [
@@ -162,7 +172,7 @@ def test_bad_names_and_ids_are_refused_before_io(storage: Storage, tmp_path: Pat
 
 def test_unserialisable_input_is_refused_before_io(storage: Storage) -> None:
     with pytest.raises(NotSerializableError):
-        open_run(storage, "r1", metadata={"when": object()})
+        open_run(storage, "r1", input={"when": object()})
     assert list(storage.list_runs()) == []
 
 
@@ -182,18 +192,18 @@ def test_step_ids_count_per_name_and_scope() -> None:
 
 
 def test_metadata_mismatch_writes_nothing(storage: Storage, tmp_path: Path) -> None:
-    with open_run(storage, "r1", metadata={"q": 1}):
+    with open_run(storage, "r1", input={"q": 1}):
         pass
     before = data_of(storage, "r1")
     with pytest.raises(MetadataMismatchError) as caught:
-        open_run(storage, "r1", metadata={"q": 2})
+        open_run(storage, "r1", input={"q": 2})
     assert caught.value.run_id == "r1"
     assert data_of(storage, "r1") == before
     assert not (tmp_path / "journals" / "r1.lock").exists()
     # no input means "whatever the run was started with"
     with open_run(storage, "r1") as run:
-        assert run.metadata == {"q": 1}
-    with open_run(storage, "r1", metadata={"q": 1}) as run:
+        assert run.input == {"q": 1}
+    with open_run(storage, "r1", input={"q": 1}) as run:
         assert run.session == 3
 
 
@@ -426,7 +436,7 @@ def test_a_delivery_in_time_survives_the_deadline(storage: Storage) -> None:
 
 def _source_run(storage: Storage) -> None:
     """src: start(0) plan(1) build(2) complete(3)."""
-    with open_run(storage, "src", metadata={"q": "why"}, version="v1") as run:
+    with open_run(storage, "src", input={"q": "why"}, version="v1") as run:
         run.record("plan", lambda: "p")
         run.record("build", lambda: "b")
         run.complete("done")
@@ -447,7 +457,7 @@ def test_fork_copies_the_prefix_and_continues_live(storage: Storage, point: Any)
     assert start["metadata"] == {"q": "why"}
     status = run_status(storage, "dst")
     assert status.source == {"runId": "src", "fromOffset": 2} and status.status == "running"
-    with open_run(storage, "dst", metadata={"q": "why"}) as run:
+    with open_run(storage, "dst", input={"q": "why"}) as run:
         assert run.record("plan", never_called) == "p"
         assert run.record("build", lambda: "rebuilt") == "rebuilt"
         run.complete("forked")
@@ -736,7 +746,7 @@ def test_a_suspend_for_another_event_is_a_replay_mismatch(storage: Storage) -> N
 
 def test_a_create_that_landed_but_failed_opens_the_session() -> None:
     storage = FlakyStorage(1, commit=True, creates=True)
-    with open_run(storage, "r1", metadata={"q": 1}) as run:
+    with open_run(storage, "r1", input={"q": 1}) as run:
         assert run.record("a", lambda: 1) == 1
     journal = read_journal(storage, "r1")
     assert [(e["type"], e["session"]) for e in journal.entries] == [("start", 1), ("step", 1)]
@@ -864,7 +874,7 @@ def test_cancel_and_fork_take_the_clock() -> None:
 def test_every_core_function_takes_a_storage_url(tmp_path: Path) -> None:
     """docs/storage-backends.md: every API that takes a storage accepts its URL too."""
     url = f"file:{tmp_path / 'runs'}"
-    with open_run(url, "r1", metadata={"q": 1}) as run:
+    with open_run(url, "r1", input={"q": 1}) as run:
         run.record("a", lambda: 1)
     assert read_journal(url, "r1").steps["a"]["result"] == 1
     assert run_status(url, "r1").steps == 1

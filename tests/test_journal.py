@@ -688,10 +688,10 @@ def _write_real_journal(storage: LocalStorage, results: list[Any], suspend_after
     """Two sessions of steps through the core, ending with a suspend or a completion."""
     clock = FakeClock()
     half = len(results) // 2
-    with open_run(storage, "cut", metadata={"input": results[:1]}, clock=clock) as run:
+    with open_run(storage, "cut", input={"input": results[:1]}, clock=clock) as run:
         for index, value in enumerate(results[:half]):
             run.record(f"step-{index % 3}", returning(value))
-    with open_run(storage, "cut", metadata={"input": results[:1]}, clock=clock) as run:
+    with open_run(storage, "cut", input={"input": results[:1]}, clock=clock) as run:
         for index, value in enumerate(results):
             run.record(f"step-{index % 3}", returning(value))
         if suspend_after:
@@ -729,11 +729,11 @@ def test_journal_cut_at_any_byte_is_a_valid_prefix_and_can_be_appended_to(
         if any(e["type"] in TERMINAL_TYPES for e in prefix):
             before = path.read_bytes()
             with pytest.raises(TerminalRunError):
-                open_run(storage, "cut", metadata={"input": results[:1]})
+                open_run(storage, "cut", input={"input": results[:1]})
             assert path.read_bytes() == before
             return
         calls: list[int] = []
-        with open_run(storage, "cut", metadata={"input": results[:1]}) as run:
+        with open_run(storage, "cut", input={"input": results[:1]}) as run:
             for index, value in enumerate(results):
                 recorded = run.record(
                     f"step-{index % 3}",
@@ -777,7 +777,7 @@ def test_every_byte_cut_of_a_real_journal_parses_as_a_prefix(tmp_path: Path) -> 
 def test_core_writes_camel_case_keys_of_the_documented_fields(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     clock = FakeClock()
-    with open_run(storage, "src", metadata={"ticketId": 1}, version="v1", clock=clock) as run:
+    with open_run(storage, "src", input={"ticketId": 1}, version="v1", clock=clock) as run:
         run.record("analyze", lambda: {"snake_case_inside_payloads": "is the user's"})
         run.begin_step("nap", kind="sleep").record({"wakeAt": STAMP})
         run.begin_step("retried").record(1, attempts=2)

@@ -207,7 +207,7 @@ def test_a_live_run_keeps_its_entries_as_the_lines_it_wrote(tmp_path: Any) -> No
         for i in range(300)
     ]
     storage = LocalStorage(tmp_path)
-    with open_run(storage, "r1", metadata=None) as run:
+    with open_run(storage, "r1", input=None) as run:
         tracemalloc.start()
         try:
             for result in results:

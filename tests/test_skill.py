@@ -84,7 +84,7 @@ def write_fixture(directory: Path) -> None:
     failed_at = read_journal(storage, "INC-9").entries[-1]["offset"]  # its error entry
     triage.fork("INC-9", offset=failed_at, new_run_id="INC-9-retry")  # type: ignore[attr-defined]
     clock.advance(60)
-    with open_run(storage, "INC-10", metadata={"id": 10}, version="triage-v1", clock=clock) as run:
+    with open_run(storage, "INC-10", input={"id": 10}, version="triage-v1", clock=clock) as run:
         run.record("read-ticket", lambda: {"id": 10, "errors": 3})  # then the process died
 
 

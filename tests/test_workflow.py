@@ -43,6 +43,7 @@ from kassette import (
     kassette,
 )
 from kassette.core import cancel_run, fork_run, open_run
+from kassette.engine import run_state
 from kassette.storage.memory import MemoryStorage
 from kassette.testing import FakeClock
 
@@ -1130,3 +1131,31 @@ def test_record_step_journals_a_begun_step_in_both_kinds_of_workflow() -> None:
         replayed = fork if name == "sync" else asyncio.run(fork)
         assert replayed.result == [{"a": [name]}, call]
     assert live == ["sync", "async"]
+
+
+def test_an_invocations_outcome_and_its_runs_stored_state_translate_in_one_place() -> None:
+    storage = MemoryStorage()
+
+    @kassette(storage=storage)
+    def flow(ctx: Any, n: int) -> int:
+        if n < 0:
+            raise ValueError("negative")
+        if n == 0:
+            ctx.suspend("approve")
+        return n * 2
+
+    for run_id, n in (("done", 2), ("waits", 0), ("broken", -1)):
+        outcome = flow.start(n, run_id=run_id)
+        stored = flow.status(run_id)
+        assert run_state(outcome.status) == stored.status
+        again = RunResult.from_status(stored)
+        assert again is not None
+        assert (again.status, again.result, again.events) == (
+            outcome.status,
+            outcome.result,
+            outcome.events,
+        )
+        assert again.error == outcome.error
+    assert run_state("raised") == "raised"
+    open_run(storage, "open").close()
+    assert RunResult.from_status(flow.status("open")) is None  # running: nothing to report

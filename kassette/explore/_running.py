@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kassette.core import checking_before_steps, run_status
-from kassette.engine import ResultStatus, RunResult
+from kassette.engine import RunResult
 from kassette.errors import RunNotFoundError
 from kassette.state import ErrorInfo, RunStatus
 from kassette.workflow import AsyncWorkflow, Workflow
@@ -52,11 +52,6 @@ WAIT_S = 0.2  # how often a waiting fan-out looks up from its futures (for the b
 # after an interrupt, how long a fan-out on an executor it cannot stop (Dask) waits for its
 # running branches to reach a step boundary before it returns without them
 OTHER_EXECUTOR_WAIT_S = 10.0
-_REPORTED: dict[str, ResultStatus] = {
-    "completed": "success",
-    "failed": "failed",
-    "canceled": "canceled",
-}
 
 
 @dataclass(frozen=True)
@@ -213,11 +208,7 @@ class Board:
 
 def reported(run_id: str, status: RunStatus) -> RunResult | None:
     """The outcome of a branch that needs no new session: it ended, or waits for events."""
-    if status.status in _REPORTED:
-        return RunResult(run_id, _REPORTED[status.status], result=status.result, error=status.error)
-    if status.status == "suspended":
-        return RunResult(run_id, "suspended", events=status.pending_events)
-    return None  # running, stopped, or crashed mid-way: retry it
+    return RunResult.from_status(status)  # None: running, stopped, or crashed mid-way: retry
 
 
 def _existing(branch: Branch) -> RunResult | None:

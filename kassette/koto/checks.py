@@ -296,13 +296,16 @@ class Checks:
     ) -> None:
         if key.startswith("vars."):
             name = key[len("vars.") :]
-            if name not in self.variable_names and name not in RUNTIME_VARIABLES:
-                self.problem(line, f"bad {where}: {key!r} names no declared variable")
-            elif not isinstance(value, str) and not (
+            is_set = (
                 isinstance(value, Mapping)
                 and list(value) == ["is_set"]
                 and isinstance(value["is_set"], bool)
-            ):
+            )
+            # `{is_set: B}` may test a variable the template does not declare, as upstream's
+            # templates do (an undeclared variable is never set); a value it must equal may not
+            if name not in self.variable_names and name not in RUNTIME_VARIABLES and not is_set:
+                self.problem(line, f"bad {where}: {key!r} names no declared variable")
+            elif not isinstance(value, str) and not is_set:
                 self.problem(
                     line, f"bad {where}: {key} is a string or {{is_set: true|false}}, not {value!r}"
                 )

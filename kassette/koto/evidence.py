@@ -95,7 +95,8 @@ def refuse_reserved(payload: dict[str, Any]) -> None:
         kind = holder.get("kind") if isinstance(holder, dict) else None
         if isinstance(kind, str) and (kind in RESERVED_KINDS or kind.startswith(_RESERVED_PREFIX)):
             raise _invalid(
-                f"{where} {kind!r} is reserved for koto's own audit events and cannot be submitted",
+                f"reserved audit-event kind: {kind} ({where} names one of koto's own audit "
+                "events, which cannot be submitted)",
                 where,
             )
 
@@ -142,8 +143,10 @@ def decision(payload: dict[str, Any]) -> dict[str, Any]:
     ]
     for key in ("choice", "rationale"):
         value = payload.get(key)
-        if not isinstance(value, str) or not value.strip():
-            problems.append({"field": key, "reason": "required: a non-empty string"})
+        if key not in payload:
+            problems.append({"field": key, "reason": "missing required field"})  # upstream's
+        elif not isinstance(value, str) or not value.strip():
+            problems.append({"field": key, "reason": "must be a non-empty string"})
     alternatives = payload.get("alternatives_considered")
     if alternatives is not None and (
         not isinstance(alternatives, list) or not all(isinstance(a, str) for a in alternatives)

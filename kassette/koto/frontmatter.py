@@ -17,6 +17,7 @@ items (`Mapping.lines`, `Sequence.lines`), so the template compiler can name lin
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -418,16 +419,31 @@ def _resolve(text: str, number: int) -> Any:
     if text in _FALSES:
         return False
     if _INT.fullmatch(text):
-        return int(text)
+        return _integer(text, text, 10, number)
     if re.fullmatch(r"0o[0-7]+", text):
-        return int(text[2:], 8)
+        return _integer(text, text[2:], 8, number)
     if re.fullmatch(r"0x[0-9a-fA-F]+", text):
-        return int(text[2:], 16)
+        return _integer(text, text[2:], 16, number)
     if _FLOAT.fullmatch(text):
-        return float(text)
+        value = float(text)
+        if not math.isfinite(value):
+            raise YamlError(f"{text[:40]} is too large for a number", number)
+        return value
     if text.lower() in (".inf", "-.inf", "+.inf", ".nan"):
         raise YamlError(f"{text} is not supported (not representable in JSON)", number)
     return text
+
+
+def _integer(text: str, digits: str, base: int, number: int) -> int:
+    """`digits` in `base`, or a `YamlError` for an integer too long for Python to write as
+    decimal text (over 4,300 digits), which is what the compiled template's JSON holds."""
+    try:
+        value = int(digits, base)
+        str(value)
+    except ValueError:
+        shown = f"{text[:20]}..." if len(text) > 20 else text
+        raise YamlError(f"the integer {shown} has too many digits", number) from None
+    return value
 
 
 class _Flow:

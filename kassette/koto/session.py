@@ -296,7 +296,7 @@ def init(
         "execution_dir": anchor,
     }
     try:
-        run = open_run(storage, run_id, metadata=metadata, version=template.data["version"])
+        run = open_run(storage, run_id, input=metadata, version=template.data["version"])
     except KassetteError as exc:  # another init of the same name won the race
         raise _collision(name) from exc
     with run:

@@ -143,6 +143,11 @@ def test_compare_view_shows_20_model_call_answers_whole(lab: Lab, tmp_path: Path
         [re.compile("1 step alike in every branch: plan"), re.compile("1 step alike .*publish")]
     )
     expect(wide.locator(".kx-banner")).to_contain_text("first divergence: step chat.completions")
+    wide.locator(".kx-fold").first.click()  # show the equal steps again
+    expect(wide.locator("thead .kx-step-head")).to_have_count(3)
+    expect(wide.locator("input.kx-hide-equal")).not_to_be_checked()
+    wide.locator("input.kx-hide-equal").check()
+    expect(wide.locator("thead .kx-step-head")).to_have_count(1)
     expect(wide.locator(".kx-group-label")).to_contain_text("18 distinct of 21")
     sideways, width = wide.evaluate(SIDEWAYS)
     assert sideways <= width, (sideways, width)  # no sideways scroll at 21 branches

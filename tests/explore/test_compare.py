@@ -400,3 +400,49 @@ def test_each_branch_is_headed_by_its_params() -> None:
         branches.run_ids[0]: "temperature=0.2",
         branches.run_ids[1]: "temperature=1.3, top_p=0.9",
     }  # the root has none
+
+
+def test_a_step_a_fork_recorded_with_a_given_result_is_marked_edited(scenario: Scenario) -> None:
+    scenario.workflow.fork("single", step="implement", result="by hand", new_run_id="edited")
+    view = kx.CompareView(kx.load(scenario.storage), ["single", "edited"])
+    assert view.steps[:2] == ["plan", "implement"]
+    assert view.edited["edited"][:2] == [False, True]
+    assert view.edited["single"] == [False] * len(view.steps)
+    assert view.cells["edited"][1] == "by hand"
+
+
+def test_a_temperature_fan_out_through_the_openai_sdk_compares_by_answer() -> None:
+    """End to end: the real OpenAI SDK, journaled, against the local model server; a branch
+    that asked the same is the same answer under another id, one at 1.3 reads its change."""
+    import openai
+
+    from kassette.integrations.openai import journaled
+    from kassette.testing import fake_model_server
+
+    storage = MemoryStorage()
+    with fake_model_server() as server:
+        client = openai.OpenAI(api_key="unused", base_url=server.openai_base_url, max_retries=0)
+
+        @kassette(storage=storage)
+        def agent(ctx: Any, ticket: str) -> str:
+            model = journaled(client, ctx)
+            reply = model.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": f"Why did {ticket} stop?"}],
+                temperature=ctx.params.get("temperature", 0.7),
+            )
+            return str(reply.choices[0].message.content)
+
+        agent.start("the nightly export", run_id="root")
+        sweep = [{"temperature": 0.7}, {"temperature": 1.3}]
+        branches = kx.fan_out(agent, "root", step=MODEL_STEP, params=sweep)
+    same, hotter = branches.run_ids
+    raw = branches.compare(values="python")
+    assert raw.loc[MODEL_STEP, "root"]["id"] != raw.loc[MODEL_STEP, same]["id"]
+    frame = branches.compare()
+    answer = frame.loc[MODEL_STEP, "root"]
+    assert answer == frame.loc[MODEL_STEP, same] and answer.count(".") >= 2
+    assert frame.loc[MODEL_STEP, hotter].startswith("temperature 0.7 → 1.3\n")
+    view = kx.CompareView(kx.load(storage), ["root", same, hotter])
+    assert view.groups == [["root", same], [hotter]]
+    assert view.notes[hotter][0] == ["temperature 0.7 → 1.3"]

@@ -257,3 +257,17 @@ def test_section3_one_atomic_write_one_variable_pattern_one_error_conversion() -
     validators = [name for name, text in texts.items() if "def validate_name" in text]
     assert validators == ["names.py"]
     assert "_translate" not in texts["session.py"] and "_infrastructure" not in texts["session.py"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1" * 5000, "-" + "9" * 4301, "0x" + "f" * 20_000, "1e999"],
+    ids=["5,000 digits", "4,302 digits negative", "hex of 80,000 bits", "float overflow"],
+)
+def test_a_number_too_large_in_front_matter_is_template_error(koto: Koto, value: str) -> None:
+    """Adversarial 6: a 5,000-digit integer gave `internal_error` with a traceback."""
+    template = koto.write("big.md", f"---\nname: big\nversion: '1'\nx: {value}\n---\n## a\nA.\n")
+    error = refused(koto("template", "compile", str(template)), "template_error", 3)
+    assert "big.md:4: " in str(error["error"])
+    refused(koto("init", "b", "--template", str(template)), "template_error", 3)
+    assert not koto.session_dir("b").exists()

@@ -327,6 +327,48 @@ def test_skip_if_on_an_undeclared_gate_is_a_warning(koto: Koto) -> None:
     assert koto.ok("next", "w")["action"] == "evidence_required"  # and it never skips
 
 
+HOPS = """---
+name: hops
+version: "1.0"
+initial_state: first
+states:
+  first:
+    skip_if:
+      vars.HOPS_OFF:
+        is_set: false
+    transitions:
+      - target: second
+  second:
+    skip_if:
+      vars.HOPS_OFF:
+        is_set: false
+    transitions:
+      - target: last
+  last:
+    terminal: true
+---
+## first
+Skipped while HOPS_OFF is unset.
+## second
+Skipped too.
+## last
+Done.
+"""
+
+
+def test_skip_if_may_test_an_undeclared_variable_with_is_set_and_chains(koto: Koto) -> None:
+    """Upstream's `skip-if-chain` shape: `vars.X: {is_set: false}` on a variable the template
+    does not declare (never set), in two states in a row: it compiles, and one `next` goes
+    through both. A value to equal still needs a declared variable."""
+    template = str(koto.write("hops.md", HOPS))
+    assert koto("template", "compile", template).code == 0
+    koto.ok("init", "h", "--template", template)
+    answer = koto.ok("next", "h")
+    assert (answer["state"], answer["advanced"]) == ("last", True)
+    equals = koto.write("equals.md", HOPS.replace("is_set: false", "is_set: x", 1))
+    assert "HOPS_OFF" in refused(koto("template", "compile", str(equals)), "template_error", 3)
+
+
 # -- reserved evidence kinds -------------------------------------------------------------------
 
 KINDS = """---
@@ -367,7 +409,8 @@ def test_reserved_audit_event_kinds_are_refused_as_invalid_submission(
     koto.ok("init", "k", "--template", str(koto.write("kinds.md", KINDS)))
     before = koto.journal_path("k").read_bytes()
     message = refused(koto("next", "k", "--with-data", json.dumps(data)), "invalid_submission", 2)
-    assert "reserved" in message
+    kind = data["fields"]["kind"] if "fields" in data else data["kind"]  # type: ignore[index]
+    assert f"reserved audit-event kind: {kind}" in message  # upstream's words
     assert koto.journal_path("k").read_bytes() == before
     assert koto.ok("next", "k", "--with-data", '{"kind": "feature"}')["state"] == "done"
 
@@ -381,6 +424,26 @@ def test_a_reserved_kind_is_refused_even_by_a_state_that_accepts_nothing(koto: K
     payload = '{"choice": "a", "rationale": "b", "kind": "RequesterWoken"}'
     result = koto("decisions", "record", "pr", "--with-data", payload)
     assert "reserved" in refused(result, "invalid_submission", 2)
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "reason"),
+    [
+        ({"rationale": "b"}, "choice", "missing required field"),
+        ({"choice": "a"}, "rationale", "missing required field"),
+        ({"choice": "", "rationale": "b"}, "choice", "must be a non-empty string"),
+        ({"choice": "a", "rationale": 3}, "rationale", "must be a non-empty string"),
+    ],
+)
+def test_a_decision_without_its_required_fields_says_so_in_upstreams_words(
+    koto: Koto, payload: dict[str, object], field: str, reason: str
+) -> None:
+    koto.ok("init", "pr", "--template", str(koto.write("review.md", REVIEW)), "--var", "PR=1")
+    before = koto.journal_path("pr").read_bytes()
+    result = koto("decisions", "record", "pr", "--with-data", json.dumps(payload))
+    message = refused(result, "invalid_submission", 2)
+    assert f"{field}: {reason}" in message
+    assert koto.journal_path("pr").read_bytes() == before
 
 
 # -- the state file's name ------------------------------------------------------------------

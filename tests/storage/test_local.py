@@ -59,7 +59,7 @@ def test_nothing_is_created_until_the_first_write(storage: LocalStorage, root: P
     assert storage.read("r1") is None
     assert list(storage.list_runs()) == []
     assert not root.exists()
-    with open_run(storage, "r1", metadata={"x": 1}):
+    with open_run(storage, "r1", input={"x": 1}):
         pass
     assert root.is_dir()
     journal = root / "r1.jsonl"
@@ -72,7 +72,7 @@ def test_nothing_is_created_until_the_first_write(storage: LocalStorage, root: P
 
 
 def test_journal_file_is_the_encoded_entries(storage: LocalStorage, root: Path) -> None:
-    with open_run(storage, "r1", metadata={"ü": "✓"}) as run:
+    with open_run(storage, "r1", input={"ü": "✓"}) as run:
         run.record("a", lambda: [1, "two"])
     data = (root / "r1.jsonl").read_bytes()
     entries = Journal.parse(data, "r1").entries

@@ -44,7 +44,7 @@ def _in_child(storage: Any, environment: dict[str, str] | None = None) -> str:
 
 def test_local_storage_pickles_as_its_path_even_while_it_holds_a_run(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path / "journals")
-    with open_run(storage, "r1", metadata={"x": 1}) as run:
+    with open_run(storage, "r1", input={"x": 1}) as run:
         run.record("parent", lambda: "from the parent")
         copy = pickle.loads(pickle.dumps(storage))  # an open journal and a lock are held here
         assert copy.path == storage.path and copy._open == {}
@@ -57,7 +57,7 @@ def test_s3_storage_pickles_without_its_client_and_rebuilds_one(
     s3_client: Any, bucket: str, s3_environment: dict[str, str]
 ) -> None:
     storage = S3Storage(bucket, "team/a", s3_client)
-    with open_run(storage, "r1", metadata=None) as run:
+    with open_run(storage, "r1", input=None) as run:
         run.record("parent", lambda: 1)
     data = pickle.dumps(storage)
     assert b"testing" not in data  # no credentials travel

@@ -684,7 +684,7 @@ def test_cli_verbs_work_on_s3(s3_environment: dict[str, str], bucket: str) -> No
     workflow = kassette(pipeline, storage=url)
     workflow.start(run_id="done")
     storage = open_storage(url)
-    with open_run(storage, "open", metadata={"q": 1}) as run:
+    with open_run(storage, "open", input={"q": 1}) as run:
         run.record("only", lambda: 1)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

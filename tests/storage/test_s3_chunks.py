@@ -63,7 +63,7 @@ def test_a_long_run_uploads_at_most_four_times_its_journal_one_put_per_append(
     uploads = count_uploads(client)
     storage = S3Storage(bucket, "runs", client=client)
     result = "x" * 200
-    with open_run(storage, "long", metadata=None) as run:
+    with open_run(storage, "long", input=None) as run:
         for number in range(300):
             run.record(f"step-{number}", lambda: result)
         run.complete(None)
@@ -377,7 +377,7 @@ def test_a_chunked_runs_stamp_moves_with_every_append_and_with_nothing_else(
     run's stamp (a chunk sealed or the head put), an object beside the run does not."""
     storage = Chunky(bucket, "p", client=s3_client)
     seen = []
-    with open_run(storage, "long", metadata=None) as run:
+    with open_run(storage, "long", input=None) as run:
         for number in range(12):
             run.record(f"step-{number}", lambda: "x" * 40)
             stamps = storage.run_stamps()
@@ -410,7 +410,7 @@ def sizes(client: Any, bucket: str, prefix: str) -> dict[str, int]:
 
 def test_a_merge_empties_the_small_chunks_it_replaces(s3_client: Any, bucket: str) -> None:
     storage = S3Storage(bucket, "runs", client=s3_client)
-    with open_run(storage, "long", metadata=None) as run:
+    with open_run(storage, "long", input=None) as run:
         for number in range(300):
             run.record(f"step-{number}", lambda: "x" * 200)
         run.complete(None)

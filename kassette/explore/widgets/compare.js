@@ -88,6 +88,7 @@ function render({ model, el }) {
     const diffs = model.get("diffs") || {};
     const differs = model.get("differs") || {};
     const notes = model.get("notes") || {};
+    const edited = model.get("edited") || {};
     const alike = model.get("alike") || [];
     const answers = model.get("answers") || [];
     const baseline = model.get("baseline");
@@ -176,7 +177,8 @@ function render({ model, el }) {
       const answer = answers[i] && values === "text";
       const td = h("td", { class: (differing ? "kx-differs" : "") + (text === null || text === undefined ? " kx-missing" : "") });
       const said = (notes[r] || [])[i] || [];
-      if (said.length) td.append(h("div", { class: "kx-notes" }, ...said.map((line) => h("div", { class: "kx-note" }, line))));
+      const mark = (edited[r] || [])[i] ? h("div", { class: "kx-edited", title: "recorded by a fork with a given result" }, "✎ edited") : null;
+      if (said.length || mark) td.append(h("div", { class: "kx-notes" }, mark, ...said.map((line) => h("div", { class: "kx-note" }, line))));
       if (text === null || text === undefined) td.append(h("span", { class: "kx-none" }, "—"));
       else if (mode === "diff" && differing) {
         const diff = diffs[r][i];
@@ -245,7 +247,7 @@ function render({ model, el }) {
   groupBox.addEventListener("change", () => set("group", groupBox.checked));
   hideBox.addEventListener("change", () => set("hide_equal", hideBox.checked));
   const names = [
-    "steps", "runs", "params", "cells", "diffs", "differs", "notes", "alike", "answers", "baseline",
+    "steps", "runs", "params", "cells", "diffs", "differs", "notes", "edited", "alike", "answers", "baseline",
     "first_divergence", "mode", "values", "groups", "group", "hide_equal", "transposed",
   ];
   for (const name of names) model.on(`change:${name}`, draw);

@@ -37,19 +37,23 @@ _DEFAULTED = ("hide_equal", "transposed")  # options picked by the branch count 
 
 class CompareView(anywidget.AnyWidget):
     """Branches `run_ids` of `journals` side by side; `baseline` (default: the first) is what
-    the others are diffed against. `steps`, `runs`, `cells` (run id -> text per step, None
-    where the run has no such step), `diffs` (run id -> a diff per step, empty where alike:
-    `[op, text]` pairs word by word for an answer, unified diff lines otherwise), `differs`
-    (run id -> per step, whether it differs from the baseline), `notes` (run id -> per step,
-    the request parameters that differ from the baseline's), `alike` (per step, whether
-    every branch has the same result), `answers` (per step, whether it is a model call) and
-    `first_divergence` are the data the view draws, with `params` (run id -> its params as
-    `k=v, ...`, a fan-out's variant, shown under its name). `mode` is "values" or "diff", `values`
-    "text" (answers) or "json" (raw results). `groups` lists the runs whose every step is the
-    same (the baseline's group first); with `group` set the view shows one column per group.
-    `hide_equal` folds the steps where every branch is alike into one line (default: on
-    beyond 3 branches); `transposed` shows a row per branch and a column per step instead of
-    a column per branch (default: on beyond 10 branches)."""
+    the others are diffed against.
+
+    The data the view draws: `steps`, `runs`, `cells` (run id -> text per step, None where
+    the run has no such step), `diffs` (run id -> a diff per step, empty where alike: `[op,
+    text]` pairs word by word for an answer, unified diff lines otherwise), `differs` (run id
+    -> per step, whether it differs from the baseline), `notes` (run id -> per step, the
+    request parameters that differ from the baseline's), `edited` (run id -> per step, whether
+    a fork recorded it with a given result), `alike` (per step, whether every branch has the
+    same result), `answers` (per step, whether it is a model call), `params` (run id -> its
+    params as `k=v, ...`, a fan-out's variant) and `first_divergence`.
+
+    How it draws them: `mode` is "values" or "diff", `values` "text" (answers) or "json" (raw
+    results). `groups` lists the runs whose every step is the same (the baseline's group
+    first); with `group` set the view shows one column per group. `hide_equal` folds the
+    steps where every branch is alike into one line (default: on beyond 3 branches);
+    `transposed` shows a row per branch and a column per step instead of a column per branch
+    (default: on beyond 10 branches)."""
 
     _esm = esm("compare.js")
     _css = css("compare.css")
@@ -62,6 +66,7 @@ class CompareView(anywidget.AnyWidget):
     diffs = traitlets.Dict().tag(sync=True)
     differs = traitlets.Dict().tag(sync=True)
     notes = traitlets.Dict().tag(sync=True)
+    edited = traitlets.Dict().tag(sync=True)
     alike: traitlets.List[Any] = traitlets.List().tag(sync=True)
     answers: traitlets.List[Any] = traitlets.List().tag(sync=True)
     first_divergence = traitlets.Unicode(None, allow_none=True).tag(sync=True)
@@ -117,6 +122,10 @@ class CompareView(anywidget.AnyWidget):
             if "transposed" not in self._chosen:
                 self.transposed = len(wanted) > TRANSPOSED_BEYOND
             self.runs, self.steps = wanted, comparison.steps
+            self.edited = {
+                run_id: [bool(entries.get(step, {}).get("edited")) for step in comparison.steps]
+                for run_id, entries in comparison.entries.items()
+            }
             known = params_text(journals)
             self.params = {run_id: known[run_id] for run_id in wanted if run_id in known}
             self.alike = [comparison.alike(step) for step in comparison.steps]

@@ -19,7 +19,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from kassette.codec import TERMINAL_TYPES
-from kassette.engine import RunResult
+from kassette.engine import RunResult, run_state
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore.branches import Branches, fan_out
 from kassette.explore.frames import Journals, load
@@ -133,7 +133,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         journals = self._show_family(source)
         counts = branches.frame["status"].value_counts()
         summary = ", ".join(
-            f"<span style='color:{status_color(_RUN_STATUS.get(str(status), str(status)))}'>"
+            f"<span style='color:{status_color(run_state(str(status)))}'>"
             f"{count} {html.escape(str(status))}</span>"
             for status, count in counts.items()
         )
@@ -189,7 +189,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         self.results.append(result)
         self.new_run_id.value = ""
         journals = self._show_family(source)
-        color = status_color(_RUN_STATUS.get(result.status, result.status))
+        color = status_color(run_state(result.status))
         self.status.value = (
             f"forked <b>{html.escape(source)}</b> at offset {offset} into "
             f"<b>{html.escape(result.run_id)}</b>: "
@@ -270,9 +270,6 @@ def _entry_name(entry: pd.Series) -> str:
     name = next((v for v in (entry["step_id"], entry["event"]) if isinstance(v, str)), None)
     kind = html.escape(str(entry["type"]))
     return f"{kind} <b>{html.escape(name)}</b>" if name else f"the {kind} entry"
-
-
-_RUN_STATUS = {"success": "completed"}  # a RunResult's status as the tree colours it
 
 
 def _params_list(text: str) -> list[dict[str, Any]]:
