@@ -227,3 +227,57 @@ def test_unreplayed_names_recorded_steps_the_forks_code_no_longer_has(
     assert (result.status, result.unreplayed) == ("success", ("outline", "draft"))
     assert writer.fork("source", step="final", new_run_id="same").unreplayed == ()
     assert run_status(storage, "renamed").status == "completed"
+
+
+# -- model calls: an edit by text (standard library only; the SDK tests are in
+#    tests/integrations/test_edit_by_text.py) ---------------------------------------------
+
+
+def recorded_model_call(storage: MemoryStorage) -> dict[str, Any]:
+    """A run whose one step is an Anthropic message with its request, recorded by hand."""
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": "The first draft."}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 4},
+    }
+    call = {"provider": "anthropic", "method": "messages.create",
+            "request": {"model": "claude-x", "max_tokens": 50,
+                        "messages": [{"role": "user", "content": "Draft it"}]}}  # fmt: skip
+    with open_run(storage, "model", input="topic") as run:
+        run.begin_step("messages.create").record(message, call=call)  # type: ignore[arg-type]
+    return message
+
+
+def test_the_same_text_edit_again_is_a_retry_of_the_same_fork(storage: MemoryStorage) -> None:
+    recorded_model_call(storage)
+    fork_run(storage, "model", step="messages.create", result="Better.", new_run_id="edit")
+    first = _entries(storage, "edit")
+    edited = next(e for e in first if e.get("edited"))
+    assert edited["result"]["content"] == [{"type": "text", "text": "Better."}]
+    assert edited["result"]["model"] == "claude-x"
+    assert edited["call"]["request"]["messages"][0]["content"] == "Draft it"
+    # the response written for a text is the same every time: a retry, not another fork
+    fork_run(storage, "model", step="messages.create", result="Better.", new_run_id="edit")
+    with pytest.raises(MetadataMismatchError):
+        fork_run(storage, "model", step="messages.create", result="Other.", new_run_id="edit")
+
+
+@pytest.mark.parametrize("result", [3.5, True, {"content": "x"}, [], None])
+def test_a_model_call_refuses_what_is_not_its_answer(storage: MemoryStorage, result: Any) -> None:
+    recorded_model_call(storage)
+    with pytest.raises(InvalidArgumentError, match="give the answer's text") as raised:
+        fork_run(storage, "model", step="messages.create", result=result, new_run_id="bad")
+    assert "an Anthropic message as the API returns it" in str(raised.value)
+    assert storage.read("bad") is None
+
+
+def test_a_whole_response_of_the_provider_is_kept_as_given(storage: MemoryStorage) -> None:
+    message = recorded_model_call(storage)
+    whole = {**message, "content": [{"type": "text", "text": "Whole."}]}
+    fork_run(storage, "model", step="messages.create", result=whole, new_run_id="whole")
+    assert next(e for e in _entries(storage, "whole") if e.get("edited"))["result"] == whole
