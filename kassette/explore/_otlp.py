@@ -78,7 +78,6 @@ _REQUEST_PARAMETERS = {
 # what a request holds besides its parameters: the conversation, exported only with content
 _CONTENT_FIELDS = frozenset({"messages", "input", "system", "tools", "instructions"})
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
-_BATCH_RUNS = 100  # runs per request posted by send_otlp
 
 
 def trace_id(run_id: str) -> bytes:
@@ -488,9 +487,10 @@ def send_otlp(
     include_content: bool = False,
     progress: bool | None = None,
     timeout: float = 30.0,
+    runs_per_request: int = 100,
 ) -> dict[str, Any]:
     """Post the runs of `journals` (a `kx.Journals`) to an OTLP/HTTP traces endpoint (such as
-    `http://127.0.0.1:6006/v1/traces`), as binary protobuf, 100 runs per request.
+    `http://127.0.0.1:6006/v1/traces`), as binary protobuf, `runs_per_request` runs a request.
 
     `headers` are added to each request (an API key). `progress` draws `send_otlp [###...]
     300/1000 runs` on stderr (None: when stderr is a terminal). A request the endpoint refuses
@@ -500,12 +500,16 @@ def send_otlp(
     """
     if not endpoint.startswith(("http://", "https://")):
         raise InvalidArgumentError(f"endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    if type(runs_per_request) is not int or runs_per_request < 1:
+        raise InvalidArgumentError(
+            f"runs_per_request must be an int >= 1, not {runs_per_request!r}"
+        )
     entries, runs = journals.to_arrow("entries"), journals.to_arrow("runs")
     show = sys.stderr.isatty() if progress is None else progress
     bar = Progress(runs.num_rows, sys.stderr if show else None, label="send_otlp")
     sent = {"runs": 0, "spans": 0, "requests": 0}
     try:
-        for number, batch in enumerate(_batches(runs), start=1):
+        for number, batch in enumerate(_batches(runs, runs_per_request), start=1):
             ids = batch.column("run_id").to_pylist()
             own = entries.filter(pc.is_in(entries.column("run_id"), pa.array(ids, pa.string())))
             request = request_of(own, batch, include_content=include_content)
@@ -519,9 +523,9 @@ def send_otlp(
     return sent
 
 
-def _batches(runs: pa.Table) -> Iterable[pa.Table]:
-    for start in range(0, runs.num_rows, _BATCH_RUNS):
-        yield runs.slice(start, _BATCH_RUNS)
+def _batches(runs: pa.Table, size: int) -> Iterable[pa.Table]:
+    for start in range(0, runs.num_rows, size):
+        yield runs.slice(start, size)
 
 
 def _post(

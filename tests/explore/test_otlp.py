@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from kassette import LocalStorage, MemoryStorage
+from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, StorageError
 from kassette import explore as kx
 from kassette.testing import fake_model_server
 
@@ -311,3 +314,76 @@ def test_a_second_export_is_the_same_bytes_and_the_cli_writes_it(
 def test_to_otlp_of_nothing_and_of_memory_storage() -> None:
     empty = kx.to_otlp(kx.load(MemoryStorage()))
     assert parse(json.dumps(empty)).resource_spans[0].scope_spans[0].spans == []
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint on 127.0.0.1 that keeps what it is sent and refuses the request
+    numbered `refuse` (1-based) with HTTP 400."""
+
+    bodies: ClassVar[list[tuple[dict[str, str], bytes]]] = []
+    refuse: ClassVar[int | None] = None
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.bodies.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        refused = len(self.bodies) == self.refuse
+        self.send_response(400 if refused else 200)
+        self.end_headers()
+        self.wfile.write(b"bad span" if refused else b"")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, type[Collector]]]:
+    handler = type("Handler", (Collector,), {"bodies": [], "refuse": None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", handler
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        server.server_close()
+
+
+def test_send_otlp_posts_protobuf_batches_with_the_headers(
+    store: LocalStorage, collector: tuple[str, type[Collector]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, handler = collector
+    journals = kx.load(store)
+    sent = kx.send_otlp(journals, url, headers={"api_key": "k"}, runs_per_request=4, progress=True)
+    assert sent["requests"] == len(handler.bodies) == 3  # 9 runs, 4 a request
+    spans = []
+    for headers, body in handler.bodies:
+        assert headers["content-type"] == "application/x-protobuf"
+        assert headers["api_key"] == "k"
+        request = ExportTraceServiceRequest.FromString(body)
+        spans.extend(request.resource_spans[0].scope_spans[0].spans)
+    assert sent == {"runs": len(RUNS), "spans": len(spans), "requests": 3}
+    whole = parse(json.dumps(kx.to_otlp(journals))).resource_spans[0].scope_spans[0].spans
+    assert sorted(s.SerializeToString() for s in spans) == sorted(
+        s.SerializeToString() for s in whole
+    )
+    err = capsys.readouterr().err
+    assert "send_otlp  [" in err
+    assert f"{len(RUNS)}/{len(RUNS)} runs" in err
+
+
+def test_send_otlp_names_the_batch_an_endpoint_refuses(
+    store: LocalStorage, collector: tuple[str, type[Collector]]
+) -> None:
+    url, handler = collector
+    handler.refuse = 2
+    journals = kx.load(store)
+    with pytest.raises(StorageError) as raised:
+        kx.send_otlp(journals, url, runs_per_request=4, progress=False)
+    second = journals.run_ids[4:8]
+    message = str(raised.value)
+    assert f"batch 2 (runs {second[0]} .. {second[-1]}, 4 runs)" in message
+    assert "HTTP 400 bad span" in message
+    assert len(handler.bodies) == 2  # the batches after it are not sent
+    with pytest.raises(InvalidArgumentError):
+        kx.send_otlp(journals, "127.0.0.1:4318", progress=False)
