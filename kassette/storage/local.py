@@ -41,6 +41,12 @@ from pathlib import Path
 
 from kassette.errors import ConflictError, RunLockedError, StorageError, StorageNotFoundError
 from kassette.storage import Snapshot, is_run_id, validate_object_name, validate_run_id
+from kassette.storage.files import (
+    new_temporary,
+    place,
+    temporary_pid,
+    write_fully,
+)
 from kassette.storage.local_append import (
     OpenJournal,
     append_careful,
@@ -116,19 +122,18 @@ class LocalStorage:
 
     def _create(self, run_id: str, path: str, data: bytes) -> str:
         self.path.mkdir(parents=True, exist_ok=True)
-        temporary = _temporary(self.path, run_id, ".tmp")
+        temporary, fd = new_temporary(self.path, run_id)
         try:
-            with open(temporary, "wb") as file:
+            with open(fd, "wb") as file:  # closes `fd`
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
             try:
-                os.link(temporary, path)
+                place(temporary, path, exclusive=True)
             except FileExistsError:
                 raise ConflictError(f"run {run_id} already exists", run_id=run_id) from None
         finally:
             temporary.unlink(missing_ok=True)
-        _fsync_directory(self.path)
         return str(len(data))
 
     def _extend(self, run_id: str, data: bytes, expected: int) -> str:
@@ -238,9 +243,12 @@ class LocalStorage:
         if not self._swept:
             self._swept = True
             _sweep_temporaries(self.path)
-        temporary = _temporary(self.path, run_id, ".lock.tmp")
+        temporary, fd = new_temporary(self.path, run_id, ".lock.tmp", mode=0o644)
         try:
-            _write_new(temporary, content)  # inside the try: a failed write leaves no file
+            try:  # inside the outer try: a failed write leaves no file
+                write_fully(fd, content)
+            finally:
+                os.close(fd)
             if _try_link(temporary, path):
                 return
             directory = os.open(self.path, os.O_RDONLY)
@@ -328,41 +336,19 @@ def replace_file(path: Path, data: bytes, *, mode: int | None = None) -> None:
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
+    temporary, fd = new_temporary(path.parent, path.name, mode=0o666 if mode is None else 0o600)
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        fd = os.open(temporary, flags, 0o666 if mode is None else 0o600)
         try:
             if mode is not None:
                 os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_fully(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, path)
+        place(temporary, path, exclusive=False)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
-
-
-def _temporary(directory: Path, run_id: str, suffix: str) -> Path:
-    """A fresh name for a file to `link(2)` into place: hidden, and naming this process, so
-    that one left by a process killed before it could remove it is known as stale."""
-    return directory / f".{run_id}.{os.getpid()}.{os.urandom(8).hex()}{suffix}"
-
-
-def _write_new(path: Path, content: bytes) -> None:
-    """Create `path` holding `content`; `OSError` (ENOSPC, say) if it cannot be written."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def _sweep_temporaries(directory: Path) -> None:
@@ -379,8 +365,7 @@ def _sweep_temporaries(directory: Path) -> None:
         name = entry.name
         if not name.startswith(".") or not name.endswith(".tmp"):
             continue
-        parts = name.removesuffix(".tmp").removesuffix(".lock").rsplit(".", 2)
-        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        pid = temporary_pid(name)
         try:
             if pid is not None:
                 stale = not _pid_exists(pid)
@@ -478,14 +463,6 @@ def _read_file(path: str) -> bytes:
     finally:
         os.close(fd)
     return data
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _from_url(url: str) -> LocalStorage:

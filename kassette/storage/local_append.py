@@ -61,6 +61,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kassette.errors import ConflictError, StorageError
+from kassette.storage.files import new_temporary, place, write_fully
 
 __all__ = ["OpenJournal", "append_careful", "append_exclusive", "delete_journal", "fence_path"]
 
@@ -384,8 +385,7 @@ def _replace(directory: Path, run_id: str, path: str, old: int, expected: int, d
     """Write the journal's first `expected` bytes and `data` to a new file and rename it over
     the journal; returns the new file, open for appending and flocked (taken before the rename,
     so a writer that opens the new journal waits for this one to finish)."""
-    temporary = directory / f".{run_id}.{os.getpid()}.{os.urandom(8).hex()}.tmp"
-    fd = os.open(temporary, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o666)
+    temporary, fd = new_temporary(directory, run_id, flags=os.O_RDWR | os.O_APPEND)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         offset = 0
@@ -393,19 +393,12 @@ def _replace(directory: Path, run_id: str, path: str, old: int, expected: int, d
             chunk = os.pread(old, min(_COPY_CHUNK, expected - offset), offset)
             if not chunk:
                 raise ConflictError(f"run {run_id} shrank while it was copied", run_id=run_id)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_fully(fd, chunk)
             offset += len(chunk)
         _write(run_id, fd, data, expected)
-        os.rename(temporary, path)
+        place(temporary, path, exclusive=False)
     except BaseException:
         os.close(fd)
         temporary.unlink(missing_ok=True)
         raise
-    directory_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
     return fd

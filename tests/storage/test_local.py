@@ -483,3 +483,15 @@ def test_a_lock_whose_pid_was_reused_by_a_later_process_is_reclaimed(
 def test_a_live_holder_with_its_start_time_keeps_the_lock(storage: LocalStorage) -> None:
     with open_run(storage, "r1"), pytest.raises(RunLockedError):
         open_run(storage, "r1")
+
+
+def test_a_temporary_name_is_written_and_read_by_one_rule(tmp_path: Path) -> None:
+    """`kassette.storage.files` writes the temporary names (journal, lockfile, replaced journal,
+    object) and parses the pid back from them, for the sweep of dead processes' files."""
+    from kassette.storage.files import new_temporary, temporary_pid
+
+    for stem, suffix in (("r1", ".tmp"), ("r1", ".lock.tmp"), ("notes.md", ".tmp")):
+        path, fd = new_temporary(tmp_path, stem, suffix)
+        os.close(fd)
+        assert path.name.startswith(f".{stem}.") and temporary_pid(path.name) == os.getpid()
+    assert temporary_pid(".r1.tmp") is None and temporary_pid("r1.jsonl") is None
