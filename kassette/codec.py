@@ -30,13 +30,13 @@ __all__ = [
     "REQUIRED_TEXT",
     "TERMINAL_TYPES",
     "UTF8_ERRORS",
+    "CallRecord",
     "CancelEntry",
     "CompleteEntry",
     "Entry",
     "ErrorEntry",
     "ErrorPayload",
     "KnownEntry",
-    "ModelCall",
     "ResumeEntry",
     "Source",
     "StartEntry",
@@ -472,7 +472,7 @@ class StartEntry(_Envelope):
     params: NotRequired[dict[str, Any]]
 
 
-class ModelCall(TypedDict):
+class CallRecord(TypedDict):
     """The request of a model call, journaled next to its response (a step's `result`):
     `provider` ("openai", "anthropic"), the SDK `method` (`chat.completions.create`, ...), and
     the `request` as sent, as JSON, without credentials or transport options."""
@@ -484,14 +484,14 @@ class ModelCall(TypedDict):
 
 class StepEntry(_Envelope):
     """A step's result, replayed instead of running the step again. `call`: the step is a model
-    call and this is its request (see `ModelCall`). `edited`: the result was given to a fork
+    call and this is its request (see `CallRecord`). `edited`: the result was given to a fork
     (`fork(..., result=...)`), the step never ran."""
 
     type: Literal["step"]
     stepId: str
     name: str
     result: Any
-    call: NotRequired[ModelCall]
+    call: NotRequired[CallRecord]
     kind: NotRequired[Literal["sleep", "parallel"]]
     attempts: NotRequired[int]
     durationMs: NotRequired[float]

@@ -26,8 +26,8 @@ from kassette.append import GroupCommit, Queued, read
 from kassette.clock import Clock, SystemClock
 from kassette.codec import (
     KNOWN_TYPES,
+    CallRecord,
     Entry,
-    ModelCall,
     check_json,
     check_json_encoded,
     event_name,
@@ -130,14 +130,14 @@ class Step:
         return self.entry["result"]
 
     @property
-    def call(self) -> ModelCall | None:
+    def call(self) -> CallRecord | None:
         """The recorded request of a model call (the entry's `call`), or None: a step that is
         not replayed, not a model call, or recorded without its request."""
         call = None if self.entry is None else self.entry.get("call")
-        return cast(ModelCall, call) if isinstance(call, dict) else None
+        return cast(CallRecord, call) if isinstance(call, dict) else None
 
     def record(
-        self, result: Any, *, attempts: int | None = None, call: ModelCall | None = None
+        self, result: Any, *, attempts: int | None = None, call: CallRecord | None = None
     ) -> Any:
         """Journal the live call's `result`; return it as replay will see it. `call`: the step
         is a model call and this is its request, journaled after the result."""
@@ -386,7 +386,7 @@ class Run:
         *,
         kind: StepKind = "step",
         attempts: int | None = None,
-        call: ModelCall | None = None,
+        call: CallRecord | None = None,
         duration_ms: float | None = None,
     ) -> Entry:
         """Journal a live step's result; return its entry (the result as replay will see it)."""
@@ -452,8 +452,8 @@ class Run:
             self._commits.wait(queued)
 
 
-def _checked_call(call: ModelCall, step_id: str, run_id: str) -> ModelCall:
-    """`call` as replay will see it, if it has a `ModelCall`'s shape."""
+def _checked_call(call: CallRecord, step_id: str, run_id: str) -> CallRecord:
+    """`call` as replay will see it, if it has a `CallRecord`'s shape."""
     value = check_json(call, f"call of step {step_id!r}")
     if not (
         isinstance(value, dict)
@@ -467,7 +467,7 @@ def _checked_call(call: ModelCall, step_id: str, run_id: str) -> ModelCall:
             run_id=run_id,
             step_id=step_id,
         )
-    return cast(ModelCall, value)
+    return cast(CallRecord, value)
 
 
 # set by `checking_before_steps`: what runs opened in this thread or task call before a step

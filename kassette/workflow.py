@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, overload
 
 from kassette.clock import Clock
-from kassette.codec import ModelCall, format_timestamp, parse_timestamp, validate_name
+from kassette.codec import CallRecord, format_timestamp, parse_timestamp, validate_name
 from kassette.core import Run, Step, StepIds, run_status
 from kassette.engine import Engine, RunResult
 from kassette.errors import InvalidArgumentError, KassetteError, ReplayMismatchError, Suspended
@@ -197,7 +197,12 @@ class Context(_ContextBase):
     """The handle a `def` workflow gets: every call blocks until it has its answer."""
 
     def record_step(
-        self, step: Step, result: Any, *, attempts: int | None = None, call: ModelCall | None = None
+        self,
+        step: Step,
+        result: Any,
+        *,
+        attempts: int | None = None,
+        call: CallRecord | None = None,
     ) -> Any:
         """Journal the live `result` of a step from `begin_step`: `step.record`, here so that a
         `Context` and an `AsyncContext` record the same way (the latter awaits the write)."""
@@ -287,7 +292,12 @@ class AsyncContext(_ContextBase):
         return value
 
     async def record_step(
-        self, step: Step, result: Any, *, attempts: int | None = None, call: ModelCall | None = None
+        self,
+        step: Step,
+        result: Any,
+        *,
+        attempts: int | None = None,
+        call: CallRecord | None = None,
     ) -> Any:
         """Journal the live `result` of a step from `begin_step`, written in the invocation's
         worker thread so that the event loop never waits on storage: the awaitable

@@ -2,7 +2,7 @@
 
 A model call is a step whose `result` is the provider's response (a stream: `{"stream":
 [chunk, ...]}`) and whose `call` is `{"provider", "method", "request"}`: the request as sent,
-as JSON, without credentials and transport options (`kassette.codec.ModelCall`). Live, the
+as JSON, without credentials and transport options (`kassette.codec.CallRecord`). Live, the
 request goes to the provider and both are journaled; on replay the response is rebuilt into
 the SDK's own type and no request is made, once the code's request is found equal to the
 recorded one. A different request raises `ReplayMismatchError` naming the first differing
@@ -26,7 +26,7 @@ import pydantic
 
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
-from kassette.journal import ModelCall, validate_name
+from kassette.journal import CallRecord, validate_name
 from kassette.workflow import AsyncContext, Context
 
 __all__ = [
@@ -152,7 +152,7 @@ class Call:
             for key, value in kwargs.items()
         }
         self.stream = self.kwargs.get("stream") is True
-        self.call: ModelCall = {
+        self.call: CallRecord = {
             "provider": self.provider.name,
             "method": method,
             "request": request_of(self.kwargs, self.provider.omitted),
@@ -176,7 +176,7 @@ class Call:
         replayed = self.provider.stream_classes[3 if self.asynchronous else 1]
         return replayed(chunks)
 
-    def _check_request(self, recorded: ModelCall | None) -> None:
+    def _check_request(self, recorded: CallRecord | None) -> None:
         if recorded is None:  # journaled before requests were, or by another writer
             return
         if recorded.get("provider") != self.provider.name or _endpoint(
