@@ -434,9 +434,9 @@ class Run:
         return queued.entry
 
     @contextmanager
-    def _deferring(self) -> Iterator[list[Queued]]:
+    def deferring_writes(self) -> Iterator[list[Queued]]:
         """Appends made in this block (by this thread or task) are numbered and queued as usual
-        but not written: the caller passes the list to `_write`, in any thread, and reports
+        but not written: the caller passes the list to `write_deferred`, in any thread, and reports
         nothing before it returns. How an async workflow numbers entries on its event loop, in
         the order the loop makes them, and writes them from a worker thread."""
         pending: list[Queued] = []
@@ -446,7 +446,7 @@ class Run:
         finally:
             _DEFERRED.reset(reset)
 
-    def _write(self, pending: Sequence[Queued]) -> None:
+    def write_deferred(self, pending: Sequence[Queued]) -> None:
         """Return once every entry in `pending` is written (a group commit, see `GroupCommit`)."""
         for queued in pending:
             self._commits.wait(queued)
@@ -493,9 +493,10 @@ def checking_before_steps(check: Callable[[], None]) -> Iterator[None]:
         _BEFORE_STEP.reset(reset)
 
 
-# set by `Run._deferring`: the run whose appends in this thread or task are queued, not written
 _UNSET: Any = object()  # `open_run(metadata=)` not given
 
+# set by `Run.deferring_writes`: the run whose appends in this thread or task are queued, not
+# written
 _DEFERRED: ContextVar[tuple[Run, list[Queued]] | None] = ContextVar(
     "kassette_deferred", default=None
 )

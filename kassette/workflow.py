@@ -278,7 +278,7 @@ class AsyncContext(_ContextBase):
     async def _written(self, call: Callable[..., T], *args: Any) -> T:
         """`call(*args)` on the loop, the entries it appends written in the worker thread;
         returns (or raises) once they are durable."""
-        with self._run._deferring() as pending:
+        with self._run.deferring_writes() as pending:
             try:
                 value = call(*args)
             except BaseException as exc:  # raised once its entries are written (or fail)
@@ -286,7 +286,7 @@ class AsyncContext(_ContextBase):
             else:
                 failure = None
         if pending:
-            await _off_loop(self._io, self._run._write, pending)
+            await _off_loop(self._io, self._run.write_deferred, pending)
         if failure is not None:
             raise failure
         return value

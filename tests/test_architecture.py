@@ -93,3 +93,50 @@ def test_the_layers_only_import_downward() -> None:
 
 if __name__ == "__main__":
     sys.stdout.write(draw(module_graph()))
+
+
+# NamedTuple's public methods start with an underscore so as not to clash with field names
+_PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def private_reaches() -> list[str]:
+    """Every `x._name` in the package where `x` is not `self` or `cls` and `_name` is not
+    defined in the same module: a module using another one's private parts."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                own.add(node.name)
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
+                own.add(node.attr)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.attr not in own | _PUBLIC_UNDERSCORED
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                where = path.relative_to(ROOT)
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_attributes() -> None:
+    assert private_reaches() == []
+
+
+def test_the_private_attribute_check_sees_a_reach(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    package = tmp_path / "kassette"
+    package.mkdir()
+    (package / "a.py").write_text("class A:\n    def _hidden(self):\n        return 1\n")
+    (package / "b.py").write_text("def use(a):\n    return a._hidden() + a._replace()\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert private_reaches() == ["kassette/b.py:2: a._hidden"]

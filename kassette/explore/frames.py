@@ -192,12 +192,14 @@ class Journals:
             self._frames[table] = frame
         return frame
 
-    def _entries_of(self, run_id: str) -> pd.DataFrame:
+    def entries_of(self, run_id: str) -> pd.DataFrame:
+        """The entries of one run, in journal order, as a pandas frame."""
         entries = self._tables["entries"]
         rows = entries.filter(pc.equal(entries.column("run_id"), run_id))
         return rows.to_pandas()
 
-    def _subset(self, run_ids: Iterable[str]) -> Journals:
+    def subset(self, run_ids: Iterable[str]) -> Journals:
+        """These journals narrowed to `run_ids` (runs not here are left out), with no new read."""
         run_ids = list(run_ids)
         wanted = pa.array(list(run_ids), pa.string())
         entries, runs = self._tables["entries"], self._tables["runs"]

@@ -216,7 +216,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         if self.tree.selected is None:
             return
         self._source = str(self.tree.selected)
-        entries = self.tree.journals._entries_of(self.source)
+        entries = self.tree.journals.entries_of(self.source)
         steps = entries[entries["type"] == "step"].drop_duplicates("step_id")
         terminal = entries[entries["type"].isin(sorted(TERMINAL_TYPES))]
         last = int(terminal["offset"].iloc[0]) if len(terminal) else len(entries)
@@ -252,7 +252,7 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         new_run_id = self.new_run_id.value.strip()
         into = f"<b>{html.escape(new_run_id)}</b>" if new_run_id else "a new run (random id)"
         kept = {0: "no entries", 1: "entry 0"}.get(offset, f"entries 0 to {offset - 1}")
-        entries = self.tree.journals._entries_of(source)
+        entries = self.tree.journals.entries_of(source)
         at = entries[entries["offset"] == offset]
         then = (
             f"runs again from entry {offset} ({_entry_name(at.iloc[0])})"
@@ -310,4 +310,4 @@ def _family(journals: Journals, run_id: str) -> Journals:
         node = pending.pop(0)
         members.append(node.run_id)
         pending.extend(node.children)
-    return journals._subset(members)
+    return journals.subset(members)
