@@ -25,8 +25,8 @@ DRAFT = "chat.completions.create"  # the draft's step id: the first model call
 RUNS = ["resumed", "failed", "source", "edited", *[f"fan.{i}" for i in range(5)]]
 
 
-def populate(storage: Storage, server: FakeModelServer) -> None:
-    clock = FakeClock()
+def populate(storage: Storage, server: FakeModelServer, start: float | None = None) -> None:
+    clock = FakeClock() if start is None else FakeClock(start)
     with OpenAI(api_key="unused", base_url=server.openai_base_url, max_retries=0) as client:
 
         @kassette(storage=storage, clock=clock, version="otel-v1")
