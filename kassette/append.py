@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kassette.clock import Clock
+from kassette.clock import Backoff, Clock
 from kassette.codec import (
     TERMINAL_TYPES,
     Entry,
@@ -113,15 +113,14 @@ def commit_all(
     """`commit` for consecutive entries of one session, written together (a group commit):
     all of them land, or none. `data` is them encoded, when the caller has it."""
     run_id, offset, session = journal.run_id, entries[0]["offset"], entries[0]["session"]
-    delay = _FIRST_BACKOFF
+    backoff = Backoff(clock, _FIRST_BACKOFF)
     for _ in range(APPEND_ATTEMPTS):
         try:
             return append(storage, run_id, entries, token, clock, data=data)
         except StorageError as exc:
             failure = exc
-        if not isinstance(failure, ConflictError):
-            clock.sleep(delay)
-            delay *= 2
+        if not isinstance(failure, ConflictError):  # a conflict is settled by the read back
+            backoff.pause()
         snapshot = _read_back(storage, run_id, clock, failure)
         landed = landed_token(snapshot, run_id, entries)
         if landed is not None:  # the read-back inside `append` gave up; this one knows
@@ -162,16 +161,13 @@ def _read_back(
     """The journal as it is now, after a write that failed with `failure`: read until a read
     answers (backing off on `clock`), since what the caller does next depends on it. After
     `READ_ATTEMPTS` failed reads, the last read's `StorageError` (caused by `failure`)."""
-    delay = _FIRST_BACKOFF
-    for attempt in range(READ_ATTEMPTS):
+    backoff = Backoff(clock, _FIRST_BACKOFF, attempts=READ_ATTEMPTS - 1)
+    while True:
         try:
             return storage.read(run_id)
         except StorageError as exc:
-            if attempt == READ_ATTEMPTS - 1:
+            if not backoff.wait():
                 raise exc from failure
-        clock.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")
 
 
 def landed_token(

@@ -10,12 +10,11 @@ opened in a `Run`. `cancel_run` is a session of one entry that takes no lock.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from kassette.append import append, landed_token
-from kassette.clock import Clock, SystemClock
+from kassette.clock import Backoff, Clock, SystemClock
 from kassette.codec import (
     CancelEntry,
     Entry,
@@ -223,7 +222,10 @@ def cancel_run(
             raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
         return plan_on(Journal.parse(data, run_id))
 
-    deadline, pause, attempts = clock.time() + _CANCEL_SECONDS, _CANCEL_PAUSE, 0
+    backoff = Backoff(
+        clock, _CANCEL_PAUSE, most=_CANCEL_MAX_PAUSE, seconds=_CANCEL_SECONDS, jitter=True
+    )
+    attempts = 0
     parsed: tuple[Journal, bytes] | None = None  # the last read, to parse only what it lacks
     while True:
         attempts += 1
@@ -239,15 +241,13 @@ def cancel_run(
                 data = plan_on(parsed[0])
                 append(storage, run_id, [planned[0][1]], snapshot.token, clock, data=data)
         except ConflictError as exc:
-            if clock.time() >= deadline:
+            if not backoff.wait():  # pauses at random: out of step with a writer's rhythm
                 raise StorageError(
                     f"run {run_id}: cancel did not land in {_CANCEL_SECONDS:g} s "
                     f"({attempts} attempts): another writer appended to the run before each "
                     "of them; try again",
                     run_id=run_id,
                 ) from exc
-            clock.sleep(random.uniform(0, pause))  # out of step with a writer's rhythm
-            pause = min(pause * 2, _CANCEL_MAX_PAUSE)
             continue
         journal, entry = planned[0]
         journal.add(entry)

@@ -290,3 +290,25 @@ def test_journal_and_code_disagreeing_at_an_id(
     assert raw(storage, "r").startswith(before)
     assert types(storage, "r") == [*before_types, "start"]  # only the session's own start
     assert wf.status("r").error is None
+
+
+def test_backoff_doubles_on_the_clock_up_to_its_cap_and_its_budget() -> None:
+    """`kassette.clock.Backoff`, the one backoff of the append retry, the read back, the cancel,
+    koto's wait for a session and the lean append's wait for its lease: it waits on the
+    clock it is given, never on `time.sleep`."""
+    from kassette.clock import Backoff
+
+    clock = FakeClock()
+    counted = Backoff(clock, 0.05, most=0.15, attempts=4)
+    assert [counted.wait() for _ in range(5)] == [True, True, True, True, False]
+    assert clock.slept == [0.05, 0.1, 0.15, 0.15]
+    clock = FakeClock()
+    timed = Backoff(clock, 1.0, seconds=6.0)
+    while timed.wait():
+        pass
+    assert clock.slept == [1.0, 2.0, 4.0] and timed.taken == 3  # 7 s >= 6 s: no fourth wait
+    clock = FakeClock()
+    jittered = Backoff(clock, 0.4, most=0.4, jitter=True)
+    for _ in range(20):
+        jittered.pause()
+    assert all(0 <= slept <= 0.4 for slept in clock.slept) and len(set(clock.slept)) > 1

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+from kassette.clock import Backoff, SystemClock
 from kassette.core import Run, open_run, read_journal
 from kassette.errors import KassetteError, RunLockedError, RunNotFoundError
 from kassette.journal import Journal
@@ -212,19 +212,16 @@ def load_template(store: Sessions, name: str, recorded: dict[str, Any]) -> Templ
 def open_session(store: Sessions, name: str) -> Run:
     """A new fenced session of the run; waits up to LOCK_WAIT_SECONDS for another writer."""
     storage, run_id = store.journal(name)
-    deadline = time.monotonic() + _lock_wait()
-    delay = 0.02
+    backoff = Backoff(SystemClock(), 0.02, most=0.2, seconds=_lock_wait())
     while True:
         try:
             run = open_run(storage, run_id)
         except RunLockedError as exc:
-            if time.monotonic() >= deadline:
+            if not backoff.wait():
                 raise KotoError(
                     "concurrent_access",
                     f"session {name!r} is busy: another koto command holds it ({exc}); retry",
                 ) from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
             continue
         except KassetteError as exc:
             raise from_kassette(exc, name) from exc

@@ -55,11 +55,11 @@ import fcntl
 import mmap
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+from kassette.clock import Backoff, SystemClock
 from kassette.errors import ConflictError, StorageError
 from kassette.storage.files import new_temporary, place, write_fully
 
@@ -290,13 +290,10 @@ def append_exclusive(
 
 def _wait_for_lease(fence: int) -> bool:
     """Take the fence exclusively within `_LEASE_WAIT` seconds: whether that worked."""
-    deadline = time.monotonic() + _LEASE_WAIT
-    pause = 0.0005
+    backoff = Backoff(SystemClock(), 0.0005, most=0.01, seconds=_LEASE_WAIT)
     while not _try_flock(fence, fcntl.LOCK_EX | fcntl.LOCK_NB):
-        if time.monotonic() >= deadline:
+        if not backoff.wait():
             return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
     return True
 
 
