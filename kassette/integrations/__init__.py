@@ -9,7 +9,12 @@ Each integration is a module of its own that imports its SDK, so `import kassett
   `messages.create` (streamed too) and `messages.stream` call (`pip install
   "kassette[anthropic]"`).
 
-Each records the request with the response (the step entry's `call`), and a replay whose
-request changed raises `ReplayMismatchError`. Both run on one engine,
+- `kassette.integrations.otel`: `instrument(tracer_provider)` emits each run's OpenTelemetry
+  spans as its entries are journaled, the spans `kx.to_otlp` exports (`pip install
+  "kassette[otel]"`; docs/otel.md).
+
+The model-call integrations each record the request with the response (the step entry's
+`call`), and a replay whose request changed raises `ReplayMismatchError`. Both run on one
+engine,
 `kassette.integrations._recording`.
 """
