@@ -66,7 +66,7 @@ def test_the_documented_module_graph_is_the_code_s() -> None:
 def test_the_layers_only_import_downward() -> None:
     """The core layers in order, lowest first: each imports only layers before it."""
     layers = [
-        {"errors", "clock", "lineage", "model_calls", "_model_answers"},
+        {"errors", "clock", "lineage", "model_calls", "_model_answers", "timestamps"},
         {"codec", "retry", "storage", "_model_wire"},
         {"state", "_model_server"},
         {"listing"},
