@@ -580,7 +580,7 @@ def test_the_resume_form_resumes_an_async_workflow_from_the_page(lab: Lab) -> No
         "resumed approval: success", timeout=WAIT * 3
     )
     expect(details.locator("p.kx-title")).to_contain_text("draft-1 completed")
-    expect(node(panel, "draft-1")).to_have_attribute("title", "draft-1: completed")
+    expect(node(panel, "draft-1")).to_have_attribute("data-status", "completed")
     expect(form).to_have_count(0)  # nothing to resume any more
     journal = read_journal(LocalStorage(lab.root / "waiting"), "draft-1")
     assert journal.entries[-1]["type"] == "complete"
