@@ -82,10 +82,6 @@ class FanOutInterrupted(KeyboardInterrupt):
         self.branches = branches
 
 
-def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
 class Branches:
     """The branches of one fan-out: their outcomes as a frame, ranked by score.
 
@@ -172,7 +168,7 @@ class Branches:
             and outcome.status == "suspended"
             and _waits_for(outcome, event)
         ]
-        value = _json(value)
+        value = _checked(value, f"the value resumed for {event!r}")
         resumes = [Resume(self._branches[i], event, value) for i in waiting]
         resumed = resume_all(resumes, self._executor)
         for index, outcome in zip(waiting, resumed, strict=True):

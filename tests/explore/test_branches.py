@@ -15,6 +15,7 @@ from kassette import (
     InvalidArgumentError,
     LocalStorage,
     MemoryStorage,
+    NotSerializableError,
     RunExistsError,
     Storage,
     kassette,
@@ -294,3 +295,17 @@ def test_a_branch_that_does_not_replay_a_copied_step_reports_it(storage: MemoryS
 
     branches = kx.fan_out(agent, "root", step="draft", workflows=[agent, renamed])
     assert branches.frame["unreplayed"].tolist() == [[], ["plan"]]
+
+
+@pytest.mark.parametrize(
+    ("value", "named"), [(math.nan, "Out of range float"), ({1, 2}, "set"), (b"yes", "bytes")]
+)
+def test_resume_refuses_a_value_replay_could_not_read_and_names_it(value: Any, named: str) -> None:
+    approving = make_agent(MemoryStorage())
+    approving.start({"goal": "ship", "approve": True}, run_id="root")
+    waiting = kx.fan_out(approving, "root", step="draft", n=2)
+    with pytest.raises(NotSerializableError, match=rf"resumed for 'approval'.*{named}"):
+        waiting.resume("approval", value)
+    assert waiting.frame["status"].tolist() == ["suspended"] * 2
+    waiting.resume("approval", ("yes", 1))  # a tuple comes back as replay will read it: a list
+    assert [r["verdict"] for r in waiting.frame["result"]] == [["yes", 1]] * 2
