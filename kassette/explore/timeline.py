@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kassette.codec import format_timestamp
 from kassette.errors import RunNotFoundError
 from kassette.explore._read import unique_run_ids
 from kassette.explore.frames import Journals
@@ -202,8 +203,8 @@ def _bar(
         "step_id": step_id,
         "name": name,
         "kind": kind,
-        "start": _iso(start),
-        "end": end.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "start": format_timestamp(start),
+        "end": format_timestamp(end.timestamp()),
         "duration_s": round(seconds, 6),
     }
 
@@ -212,13 +213,6 @@ def _wait(run_id: str, row: int, event: str | None, began: Any, ended: Any) -> d
     seconds = (ended - began).total_seconds()
     return _bar(run_id, row, event, f"(waiting: {event})", "suspended", began.timestamp(), ended,
                 seconds)  # fmt: skip
-
-
-def _iso(epoch: float) -> str:
-    from datetime import UTC, datetime
-
-    moment = datetime.fromtimestamp(epoch, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _last_times(entries: pa.Table, wanted: pa.Array) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import altair as alt
@@ -254,3 +254,29 @@ def test_a_timeline_with_nothing_to_draw_says_so(storage: MemoryStorage) -> None
     only_starts.append("new", journal([])[: journal([]).index(b"\n") + 1], token=None)
     spec = kx.timeline(kx.load(only_starts)).to_dict()
     assert values(spec) == [{"message": "no steps in 1 run"}]
+
+
+def _former_iso(moment: datetime) -> str:
+    """How the chart wrote a moment before it used the journal's `format_timestamp`."""
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_timeline_writes_times_as_the_journal_does_and_as_it_did() -> None:
+    storage = MemoryStorage()
+    durations = [100.0, 300.0, 700.0, 1.0, 0.0, 2999.0]  # whole ms, most not exact in binary
+    lines = [{"type": "start", "metadata": {}}]
+    lines += [{"type": "step", "stepId": f"s{n}", "name": f"s{n}", "result": n, "durationMs": d}
+              for n, d in enumerate(durations)]  # fmt: skip
+    stamps = [1.767e9 + 0.123 + 3.007 * n for n in range(len(lines))]
+    entries = [
+        {**line, "session": 1, "offset": n, "timestamp": format_timestamp(stamps[n])}
+        for n, line in enumerate(lines)
+    ]
+    storage.append("times", b"".join(encode(entry) for entry in entries), token=None)
+    bars = kx.timeline(kx.load(storage), ["times"]).bars
+    assert len(bars) == len(durations)
+    for bar, stamp, duration in zip(bars, stamps[1:], durations, strict=True):
+        end = datetime.fromtimestamp(round(stamp, 3), UTC)
+        start = end - timedelta(milliseconds=duration)
+        assert bar["end"] == format_timestamp(stamp) == _former_iso(end)
+        assert bar["start"] == _former_iso(start) == format_timestamp(start.timestamp())
