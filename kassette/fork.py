@@ -32,7 +32,7 @@ from kassette.model_calls import (
 )
 from kassette.storage import Storage
 
-__all__ = ["NO_RESULT", "ForkPlan", "plan_fork"]
+__all__ = ["NO_RESULT", "ForkPlan", "last_fork_offset", "plan_fork"]
 
 
 class _NoResult:
@@ -119,7 +119,8 @@ def plan_fork(
                 f"fork offset must be an int >= 0, not {offset!r}", run_id=run_id
             )
         cut = offset
-    last = source.terminal["offset"] if source.terminal else source.next_offset
+    terminal = source.terminal
+    last = last_fork_offset(None if terminal is None else terminal["offset"], source.next_offset)
     if cut > last:
         raise InvalidArgumentError(
             f"fork offset {cut} is past the end of run {run_id} "
@@ -136,6 +137,14 @@ def plan_fork(
         source.state.params,
         edits,
     )
+
+
+def last_fork_offset(terminal_offset: int | None, next_offset: int) -> int:
+    """The last offset a run can be forked at: its terminal entry's, if it ended (a fork there
+    runs the ending again), else the offset its next entry would take (a fork there continues
+    where the run stands). `plan_fork` refuses a later one; `kx.ForkExplorer` ends its offset
+    slider there, so the two never disagree."""
+    return next_offset if terminal_offset is None else terminal_offset
 
 
 def _edits(entries: Sequence[Entry], cut: int, result: Any, run_id: str) -> tuple[Entry, ...]:

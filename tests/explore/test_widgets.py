@@ -304,6 +304,26 @@ def test_fork_explorer_says_what_a_press_of_fork_would_fork(scenario: Scenario) 
     assert waiting.target.value.endswith("keeps entries 0 to 3 and continues after its last entry.")
 
 
+@pytest.mark.parametrize(("run_id", "last"), [("single", 3), ("suspended", 4)])
+def test_the_fork_explorer_and_fork_agree_on_the_last_fork_point(
+    scenario: Scenario, run_id: str, last: int
+) -> None:
+    """A completed run forks up to its terminal entry, an open one up to its next offset: the
+    explorer's slider ends where `fork` stops accepting, past the terminal entry in both."""
+    explorer = kx.ForkExplorer(scenario.workflow, run_id)
+    assert explorer.offset.max == last
+    explorer.offset.value = last + 1  # the slider keeps the point at its end
+    assert explorer.offset.value == last
+    with pytest.raises(InvalidArgumentError, match=f"fork offset {last + 1} is past the end"):
+        scenario.workflow.fork(run_id, offset=last + 1, new_run_id=f"{run_id}-past")
+    with pytest.raises(RunNotFoundError):
+        run_status(scenario.storage, f"{run_id}-past")  # nothing written
+    explorer.new_run_id.value = f"{run_id}-at-end"
+    explorer.fork_button.click()
+    status = run_status(scenario.storage, f"{run_id}-at-end")
+    assert status.source == {"runId": run_id, "fromOffset": last}
+
+
 def test_the_fork_runs_the_workflow_code_the_notebook_has_now(scenario: Scenario) -> None:
     explorer = kx.ForkExplorer(scenario.workflow, "single")
 

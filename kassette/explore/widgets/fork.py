@@ -28,6 +28,7 @@ from kassette.explore.widgets._awaiting import settle
 from kassette.explore.widgets._rows import status_color
 from kassette.explore.widgets.compare import CompareView
 from kassette.explore.widgets.tree import RunTree
+from kassette.fork import last_fork_offset
 from kassette.workflow import AsyncWorkflow, Workflow
 
 __all__ = ["ForkExplorer"]
@@ -219,7 +220,9 @@ class ForkExplorer(widgets.VBox):  # type: ignore[misc]
         entries = self.tree.journals.entries_of(self.source)
         steps = entries[entries["type"] == "step"].drop_duplicates("step_id")
         terminal = entries[entries["type"].isin(sorted(TERMINAL_TYPES))]
-        last = int(terminal["offset"].iloc[0]) if len(terminal) else len(entries)
+        last = last_fork_offset(
+            int(terminal["offset"].iloc[0]) if len(terminal) else None, len(entries)
+        )
         options: list[tuple[str, str | None]] = [("(by offset)", None)]
         options += [
             (f"{step_id} (offset {offset})", step_id)
