@@ -42,6 +42,7 @@ __all__ = [
     "read_model_call",
     "read_model_result",
     "response_from_text",
+    "response_method",
     "same_response_shape",
 ]
 
@@ -86,9 +87,7 @@ _FINISH = {
     "max_output_tokens": "length",
 }
 _CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
-# methods whose responses have another method's shape: `messages.stream` records the events
-# of `messages.create(stream=True)`
-_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES}
+_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES}  # see `response_method`
 _RESPONSE_NAMES = {
     ("openai", _CHAT): "OpenAI chat completion",
     ("openai", _RESPONSES): "OpenAI Responses API response",
@@ -252,18 +251,26 @@ def response_from_text(call: ModelCall, text: str) -> Any:
     return _chat_completion(template, model, digest, text)
 
 
+def response_method(method: str) -> str:
+    """The method whose request and response `method` has: `messages.stream` sends the request
+    of `messages.create(stream=True)` to its endpoint and records its events; every other
+    method is its own. The one rule for "a `messages.stream` call is a `messages.create`
+    call": what an edit may record, and what a replayed call must match."""
+    return _SHAPE_OF_METHOD.get(method, method)
+
+
 def same_response_shape(call: ModelCall, result: Any) -> bool:
     """Whether `result` is a response of `call`'s provider and API, streamed as `call` was:
     one the code that made `call` can be given instead (a fork edit's whole response)."""
     shape = _shape(result)
-    method = _SHAPE_OF_METHOD.get(call.method, call.method)
+    method = response_method(call.method)
     return shape == (call.provider, method) and _is_stream(result) == call.stream
 
 
 def describe_response(call: ModelCall) -> str:
     """What a response of `call`'s kind is called, for messages: `an OpenAI chat completion`,
     `a stream of Anthropic message events ({"stream": [...]})`, ..."""
-    method = _SHAPE_OF_METHOD.get(call.method, call.method)
+    method = response_method(call.method)
     name = _RESPONSE_NAMES.get((call.provider, method), f"{call.provider} {method} response")
     if call.stream:
         return f'a stream of {name} events ({{"stream": [...]}})'

@@ -16,9 +16,12 @@ from kassette.model_calls import (
     VOLATILE_FIELDS,
     ModelCall,
     TokenUsage,
+    describe_response,
     read_model_call,
     read_model_result,
     response_from_text,
+    response_method,
+    same_response_shape,
 )
 
 # -- responses as each API sends them (trimmed to the fields that matter, ids and all) -------
@@ -628,3 +631,18 @@ def test_a_response_from_text_needs_only_the_call(provider: str, method: str) ->
     assert again.stream == (method == "messages.stream")  # that method records events
     for item in edited["stream"] if again.stream else [edited]:
         _sdk_types(again).validate_python(item)
+
+
+def test_a_stream_helper_call_is_a_streamed_create_call_for_edits_and_replay() -> None:
+    """`messages.stream` has `messages.create(stream=True)`'s request and response: one rule
+    (`response_method`), which both an edit's check and a replayed call's match use."""
+    assert response_method("messages.stream") == "messages.create"
+    assert response_method("chat.completions.create") == "chat.completions.create"
+    request = {"model": "m", "stream": True}
+    helper = read("x", {"provider": "anthropic", "method": "messages.stream", "request": request})
+    created = read("x", {"provider": "anthropic", "method": "messages.create", "request": request})
+    events = response_from_text(created, "an edit")
+    assert same_response_shape(helper, events) and same_response_shape(created, events)
+    assert describe_response(helper) == describe_response(created)
+    plain = read("x", {"provider": "anthropic", "method": "messages.create", "request": {}})
+    assert not same_response_shape(helper, response_from_text(plain, "not a stream"))

@@ -27,6 +27,7 @@ import pydantic
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
 from kassette.journal import CallRecord, validate_name
+from kassette.model_calls import response_method
 from kassette.workflow import AsyncContext, Context
 
 __all__ = [
@@ -48,8 +49,6 @@ Chunk = TypeVar("Chunk")
 
 # keyword arguments of an SDK method that shape the HTTP exchange, not what the model is asked
 TRANSPORT = frozenset({"extra_headers", "extra_query", "timeout"})
-# methods that send the same request to the same endpoint and record the same events
-_SAME_ENDPOINT = {"messages.stream": "messages.create"}
 _SHORT = 60  # characters of each value a mismatch message shows
 
 
@@ -242,7 +241,7 @@ def _shape(stream: bool) -> str:
 
 
 def _endpoint(method: object) -> object:
-    return _SAME_ENDPOINT.get(method, method) if isinstance(method, str) else method
+    return response_method(method) if isinstance(method, str) else method
 
 
 # -- the request as JSON -------------------------------------------------------------------
