@@ -139,9 +139,9 @@ def test_compare_view_aligns_50_branches_with_diffs_against_a_baseline() -> None
 
 
 def test_nested_strings_keep_their_newlines() -> None:
-    from kassette.explore.widgets.compare import _pretty
+    from kassette.explore.widgets._rows import pretty_json
 
-    assert _pretty({"reply": {"content": "a\nb", "n": [1, "x"]}}) == (
+    assert pretty_json({"reply": {"content": "a\nb", "n": [1, "x"]}}) == (
         '{\n  "reply": {\n    "content": """\n      a\n      b\n    """,\n'
         '    "n": [\n      1,\n      "x"\n    ]\n  }\n}'
     )

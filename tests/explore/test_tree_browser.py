@@ -21,6 +21,7 @@ from test_browser import BROWSER_ARGS, CHROMIUM, NO_CHROMIUM
 from kassette import MemoryStorage, kassette
 from kassette import explore as kx
 from kassette.explore.widgets._colors import SCALE
+from kassette.explore.widgets._rows import FOLDED, pretty_json
 
 SYNCED = ("_forest", "legend", "selected", "details", "entries", "page", "pages", "message")
 SYNCED_TOO = ("can_resume",)
@@ -228,6 +229,24 @@ def test_values_wrap_between_json_tokens(page: Page) -> None:
     assert not bad, bad
     values = [json.loads(entry["value"]) for entry in tree.entries if len(entry["value"]) < 120]
     assert values  # short values are whole JSON, drawn with their breaks
+
+
+def test_a_long_value_unfolds_as_the_comparison_shows_values(page: Page) -> None:
+    """A value longer than `FOLDED` is folded; a click shows the text Python's `pretty_json`
+    made of it (the one pretty JSON, the comparison's too); a short value is sent whole."""
+    journals, _ = twenty_branches()
+    tree = kx.RunTree(journals, selected="task-b04")
+    short = [entry for entry in tree.entries if len(entry["value"] or "") <= FOLDED]
+    assert short and all(entry["full"] is None for entry in short)
+    answer = next(entry for entry in tree.entries if entry["id"] == "answer")
+    assert len(answer["value"]) > FOLDED
+    assert answer["full"] == pretty_json(json.loads(answer["value"]))
+    assert '\n  "result": {\n    "model": "gpt-4o-mini",\n    "content": ' in answer["full"]
+    mount(page, tree)
+    row = page.locator(".kx-entries tbody tr", has_text="answer")
+    assert row.locator(".kx-full").count() == 0
+    row.locator(".kx-long").click()
+    assert row.locator(".kx-full").inner_text() == answer["full"]
 
 
 def test_numbers_colour_in_distinct_bins_with_readable_labels(page: Page, tmp_path: Path) -> None:

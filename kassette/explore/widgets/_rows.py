@@ -27,12 +27,14 @@ __all__ = [
     "TreeNode",
     "entries_of",
     "entry_page",
+    "pretty_json",
     "rows",
     "run_header",
     "status_color",
 ]
 
 PAGE = 100  # entries of the selected run sent at a time
+FOLDED = 120  # characters: a longer value is folded in the browser, sent with its pretty text
 _PARAMS_WIDTH = 60
 
 
@@ -168,11 +170,42 @@ def entry_page(
                 "type": entry["type"],
                 "id": entry["step_id"] or entry["event"] or "",
                 "value": entry["value"],
+                "full": _unfolded(entry["value"]),
                 "copied": bool(entry.get("copied")) if copied else False,
                 "edited": bool(entry.get("edited")),
             }
         )
     return shown, pages
+
+
+def pretty_json(value: Any, indent: str = "") -> str:
+    """A JSON value as the widgets show it whole: indented JSON, except that a string with
+    newlines shows them (a model's answer, say), as a block between triple quotes. The one
+    "pretty JSON": the comparison's cells and the tree's unfolded values."""
+    inner = indent + "  "
+    if isinstance(value, str) and "\n" in value:
+        lines = "\n".join(inner + line for line in value.split("\n"))
+        return f'"""\n{lines}\n{indent}"""'
+    if isinstance(value, dict) and value:
+        items = [
+            f"{inner}{json.dumps(key, ensure_ascii=False)}: {pretty_json(item, inner)}"
+            for key, item in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and value:
+        items = [inner + pretty_json(item, inner) for item in value]
+        return "[\n" + ",\n".join(items) + f"\n{indent}]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _unfolded(value: str | None) -> str | None:
+    """What a folded value (JSON text longer than `FOLDED`) shows when unfolded, else None."""
+    if value is None or len(value) <= FOLDED:
+        return None
+    try:
+        return pretty_json(json.loads(value))
+    except ValueError:  # not JSON: shown as it is
+        return value
 
 
 def entries_of(journals: Journals, run_id: str) -> pa.Table:

@@ -13,7 +13,6 @@ One widget model whatever the number of branches.
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -25,7 +24,7 @@ from kassette.explore._answers import word_diff
 from kassette.explore.compare import Comparison, compared
 from kassette.explore.frames import Journals
 from kassette.explore.widgets._assets import css, esm
-from kassette.explore.widgets._rows import params_text
+from kassette.explore.widgets._rows import params_text, pretty_json
 
 __all__ = ["CompareView"]
 
@@ -184,7 +183,7 @@ class CompareView(anywidget.AnyWidget):
         if answer is not None and self.values == "text":
             return answer.text
         value = results[step_id]
-        return value if isinstance(value, str) else _pretty(value)
+        return value if isinstance(value, str) else pretty_json(value)
 
     def _diff(self) -> None:
         comparison = self._comparison
@@ -215,22 +214,6 @@ def _checked(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise InvalidArgumentError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     return value
-
-
-def _pretty(value: Any, indent: str = "") -> str:
-    """Indented JSON, except that a string with newlines shows them (a model's answer, say),
-    as a block between triple quotes."""
-    inner = indent + "  "
-    if isinstance(value, str) and "\n" in value:
-        lines = "\n".join(inner + line for line in value.split("\n"))
-        return f'"""\n{lines}\n{indent}"""'
-    if isinstance(value, dict) and value:
-        items = [f"{inner}{json.dumps(key)}: {_pretty(item, inner)}" for key, item in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
-    if isinstance(value, list) and value:
-        items = [inner + _pretty(item, inner) for item in value]
-        return "[\n" + ",\n".join(items) + f"\n{indent}]"
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _diff(old: str | None, new: str | None, *, by_word: bool) -> list[Any]:

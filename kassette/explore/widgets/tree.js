@@ -6,30 +6,10 @@
 
 const ROW = 24; // px per tree row
 const OVERSCAN = 8; // rows drawn beyond the visible ones
-const SHORT = 120; // characters of a value shown before "click to expand"
+const SHORT = 120; // characters of a folded value shown before "click to expand"
 const INDENT = 14; // px per depth level
 const MAX_INDENT = 30; // levels; deeper chains show their depth as a number
 const DARK_LUMINANCE = 0.0056 + 0.05; // #111's relative luminance, plus WCAG's flare term
-
-// Pretty JSON whose strings keep their real newlines (a model's answer reads as text).
-function pretty(value, indent = "") {
-  const inner = indent + "  ";
-  if (typeof value === "string") {
-    if (!value.includes("\n")) return JSON.stringify(value);
-    return '"""\n' + value.split("\n").map((line) => inner + line).join("\n") + "\n" + indent + '"""';
-  }
-  if (Array.isArray(value)) {
-    if (!value.length) return "[]";
-    return "[\n" + value.map((v) => inner + pretty(v, inner)).join(",\n") + "\n" + indent + "]";
-  }
-  if (value && typeof value === "object") {
-    const keys = Object.keys(value);
-    if (!keys.length) return "{}";
-    const items = keys.map((k) => inner + JSON.stringify(k) + ": " + pretty(value[k], inner));
-    return "{\n" + items.join(",\n") + "\n" + indent + "}";
-  }
-  return JSON.stringify(value);
-}
 
 // JSON text with a line-break opportunity (<wbr>) after each `,` `:` `{` `[` outside strings,
 // so a narrow cell wraps between tokens; the cell's `overflow-wrap: anywhere` cuts inside a token
@@ -67,9 +47,11 @@ function ink(color) {
   return (light + 0.05) / DARK_LUMINANCE > 1.05 / (light + 0.05) ? "#111" : "#fff";
 }
 
-function valueCell(text) {
+// A value's cell: whole, or folded when Python sent its unfolded text `full` (a long value, as
+// `pretty_json` shows it: the widgets' one pretty JSON).
+function valueCell(text, full) {
   const cell = h("td", { class: "kx-value" });
-  if (text.length <= SHORT) {
+  if (full == null) {
     cell.append(...breakable(text));
     return cell;
   }
@@ -77,13 +59,7 @@ function valueCell(text) {
   const draw = () => {
     cell.replaceChildren();
     if (open) {
-      let shown = text;
-      try {
-        shown = pretty(JSON.parse(text));
-      } catch (e) {
-        /* not JSON: as it is */
-      }
-      cell.append(h("pre", { class: "kx-full" }, shown));
+      cell.append(h("pre", { class: "kx-full" }, full));
     } else {
       cell.append(...breakable(text.slice(0, SHORT)), h("span", { class: "kx-more" }, ` … (${text.length} chars)`));
     }
@@ -340,7 +316,7 @@ function render({ model, el }) {
           h("td", { class: "kx-time" }, e.time),
           h("td", {}, e.type),
           h("td", {}, e.id, e.edited ? h("div", { class: "kx-edited" }, "✎ edited") : null), // below: the column stays narrow
-          valueCell(e.value),
+          valueCell(e.value, e.full),
         ),
       ),
     );
