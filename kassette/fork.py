@@ -75,7 +75,7 @@ class ForkPlan:
             )
         if not self.edits:
             return
-        created = journal.state.created_offset or 0
+        created = journal.state.creation_offset
         recorded = [
             {k: v for k, v in entry.items() if k not in ("session", "offset", "timestamp")}
             for entry in journal.entries[created + 1 : created + 1 + len(self.edits)]

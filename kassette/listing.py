@@ -231,10 +231,9 @@ def folded_status(
     """A run's `RunStatus` from what a fold of its entries counted: the one place where the
     counts (entries, step entries, the highest session) and the two times become a status,
     for `Journal.status` and for `status_of` alike. `created_at` is the timestamp of the
-    entry that created the run (`RunState.created_offset`: a fork's own `start`, else entry
-    0), read through `stamp(offset)`; `updated_at` that of the last entry."""
-    created = state.created_offset if state.created_offset is not None else 0
-    created_at = stamp(created) if entries else None
+    entry that created the run (`RunState.creation_offset`: a fork's own `start`, else
+    entry 0), read through `stamp(offset)`; `updated_at` that of the last entry."""
+    created_at = stamp(state.creation_offset) if entries else None
     return RunStatus.of_fields(
         {
             "run_id": run_id,

@@ -87,6 +87,13 @@ class RunState(NamedTuple):
     params: dict[str, Any] | None = None
     input: Any = None
 
+    @property
+    def creation_offset(self) -> int:
+        """The offset of the entry whose time is the run's creation time (`created_at`, the
+        runs frame's `started_at`) and after which a fork's own entries begin:
+        `created_offset`, or entry 0 for a journal whose first entry is no `start`."""
+        return 0 if self.created_offset is None else self.created_offset
+
 
 def reduce_entry(state: RunState, entry: Mapping[str, Any]) -> RunState:
     """The run's state after `entry` (a checked entry; see `check_entry`).

@@ -405,6 +405,10 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     """One row per run, its state folded from its entries by `kassette.state.reduce_entry`.
 
     Steps do not change a run's state, so only the other entries are decoded and folded.
+    The counts are the ones `kassette.listing.folded_status` makes a `RunStatus` of (step
+    entries, the highest session), counted here column-wise, and `started_at` is the time of
+    `RunState.creation_offset`'s entry, as `created_at` is (tests/explore/test_frames.py's
+    `test_runs_agree_with_run_status` holds the two to the same answers).
     """
     first = np.cumsum(count) - count
     present = count > 0
@@ -428,7 +432,7 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         states[run] = reduce_entry(states[run], entry)
     starts, has_rows = first.tolist(), present.tolist()
     started_rows = [
-        start + (state.created_offset or 0) if has else None
+        start + state.creation_offset if has else None
         for state, start, has in zip(states, starts, has_rows, strict=True)
     ]
     ended_rows = [

@@ -508,7 +508,7 @@ def _free_prefix(storage: Any, wanted: str) -> str:
 
 def _edited_value(journal: Any) -> tuple[Any] | None:
     """The result (or value) a fork recorded at its fork point, if it edited it."""
-    created = journal.state.created_offset or 0
+    created = journal.state.creation_offset
     for entry in journal.entries[created + 1 : created + 3]:
         if entry.get("edited") is True:
             return (entry["result"] if entry["type"] == "step" else entry.get("value"),)

@@ -158,6 +158,7 @@ def test_runs_agree_with_run_status(scenario: Scenario, run_id: str) -> None:
     assert row["version"] == status.version == "agent-v1"
     assert row["sessions"] == status.sessions
     assert row["steps"] == status.steps
+    assert row["started_at"] == pd.Timestamp(status.created_at)  # a fork's at its own start
     assert list(row["pending_events"]) == list(status.pending_events)
     if status.source is None:
         assert pd.isna(row["parent_run_id"]) and pd.isna(row["fork_offset"])
