@@ -32,6 +32,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kassette._model_responses import anthropic_events as _anthropic_events
+from kassette._model_responses import anthropic_message as _anthropic_message
+from kassette._model_responses import as_dict as _dict
+from kassette._model_responses import chat_chunks as _chat_chunks
+from kassette._model_responses import chat_completion as _chat_completion
+from kassette._model_responses import dicts as _dicts
+from kassette._model_responses import is_stream as _is_stream
+from kassette._model_responses import openai_response as _openai_response
+from kassette._model_responses import response_events as _response_events
+from kassette._model_responses import template as _template
+from kassette._model_usage import TokenUsage
+from kassette._model_usage import anthropic_usage as _anthropic_usage
+from kassette._model_usage import openai_usage as _openai_usage
+
 __all__ = [
     "FINISH_REASONS",
     "PROVIDERS",
@@ -109,25 +123,6 @@ _ANTHROPIC_EVENTS = frozenset(
 _ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # a tool's arguments are the model's own data: never stripped as volatile
 _OPAQUE = frozenset({"input", "arguments", "partial_json"})
-
-
-@dataclass(frozen=True)
-class TokenUsage:
-    """A model call's token counts in one vocabulary for every provider.
-
-    `input_tokens` counts every input token, cached ones included (OpenAI's `prompt_tokens` or
-    `input_tokens`; Anthropic's `input_tokens` plus its cache read and cache creation tokens);
-    `cached_input_tokens` of them were read from the provider's prompt cache and
-    `cache_creation_input_tokens` were written to it. `reasoning_tokens` are part of
-    `output_tokens`. A count the response does not report is None.
-    """
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    total_tokens: int | None = None
-    cached_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    reasoning_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -237,7 +232,7 @@ def response_from_text(call: ModelCall, text: str) -> Any:
     stream) that carries `text` as the whole answer: recorded model, finish reason `stop`, no
     tool calls, zero usage (no tokens were spent on it), a new id derived from the text, and
     the recorded response's other fields. The same text always gives the same response."""
-    template = _template(call)
+    template = _template(call.result, call.provider)
     model = call.model or ""
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
     if call.provider == "anthropic":
@@ -306,10 +301,6 @@ def _shape(result: Any) -> tuple[str, str] | None:
     if "message_start" in types and all(kind in _ANTHROPIC_EVENTS for kind in types):
         return "anthropic", _MESSAGES
     return None
-
-
-def _is_stream(result: Any) -> bool:
-    return isinstance(result, dict) and len(result) == 1 and isinstance(result.get("stream"), list)
 
 
 # -- reading each shape ----------------------------------------------------------------------
@@ -518,47 +509,6 @@ _USAGE_READERS = {
 }
 
 
-def _openai_usage(usage: Any) -> TokenUsage:
-    """Chat completions' `prompt_tokens`/`completion_tokens` or the Responses API's
-    `input_tokens`/`output_tokens`, with their details."""
-    if not isinstance(usage, dict):
-        return TokenUsage()
-    given = _count(usage.get("input_tokens", usage.get("prompt_tokens")))
-    taken = _count(usage.get("output_tokens", usage.get("completion_tokens")))
-    total = _count(usage.get("total_tokens"))
-    given_details = _dict(usage.get("input_tokens_details") or usage.get("prompt_tokens_details"))
-    taken_details = _dict(
-        usage.get("output_tokens_details") or usage.get("completion_tokens_details")
-    )
-    return TokenUsage(
-        input_tokens=given,
-        output_tokens=taken,
-        total_tokens=total if total is not None else _sum(given, taken),
-        cached_input_tokens=_count(given_details.get("cached_tokens")),
-        cache_creation_input_tokens=_count(given_details.get("cache_write_tokens")),
-        reasoning_tokens=_count(taken_details.get("reasoning_tokens")),
-    )
-
-
-def _anthropic_usage(usage: Any) -> TokenUsage:
-    """Anthropic's `input_tokens` leave out the cached ones: they are added back here."""
-    if not isinstance(usage, dict):
-        return TokenUsage()
-    read = _count(usage.get("cache_read_input_tokens"))
-    written = _count(usage.get("cache_creation_input_tokens"))
-    given = _count(usage.get("input_tokens"))
-    if given is not None:
-        given += (read or 0) + (written or 0)
-    taken = _count(usage.get("output_tokens"))
-    return TokenUsage(
-        input_tokens=given,
-        output_tokens=taken,
-        total_tokens=_sum(given, taken),
-        cached_input_tokens=read,
-        cache_creation_input_tokens=written,
-    )
-
-
 def _prompt(request: Mapping[str, Any] | None) -> str | None:
     """The text of the last user message of a chat, Responses or Messages request."""
     if request is None:
@@ -570,188 +520,6 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
         if message.get("role") == "user":
             return _content_text(message.get("content"), "\n")
     return None
-
-
-# -- writing a response that carries a text --------------------------------------------------
-
-
-def _template(call: ModelCall) -> dict[str, Any]:
-    """The recorded response (for a stream, the whole response it ended with, or its first
-    event's) whose fields an edited response keeps."""
-    result = call.result
-    if not _is_stream(result):
-        return dict(result) if isinstance(result, dict) else {}
-    events = _dicts(result["stream"])
-    if call.provider == "anthropic":
-        start = next((e for e in events if e.get("type") == "message_start"), {})
-        return dict(_dict(start.get("message")))
-    responses = [e["response"] for e in events if isinstance(e.get("response"), dict)]
-    return dict(responses[-1]) if responses else dict(events[0]) if events else {}
-
-
-def _chat_completion(template: dict[str, Any], model: str, digest: str, text: str) -> Any:
-    return {
-        "id": f"chatcmpl-edited-{digest}",
-        "object": "chat.completion",
-        "created": _count(template.get("created")) or 0,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": _no_usage(template, _CHAT_USAGE),
-        "system_fingerprint": template.get("system_fingerprint"),
-        "service_tier": template.get("service_tier"),
-    }
-
-
-def _chat_chunks(recorded: Any, model: str, digest: str, text: str) -> list[dict[str, Any]]:
-    """A chat completion stream: the role, the text, the finish, and usage when the recorded
-    stream reported it (`stream_options={"include_usage": True}`)."""
-    chunks = _dicts(recorded.get("stream")) if isinstance(recorded, dict) else []
-    first = chunks[0] if chunks else {}
-    envelope = {
-        "id": f"chatcmpl-edited-{digest}",
-        "object": "chat.completion.chunk",
-        "created": _count(first.get("created")) or 0,
-        "model": model,
-        "system_fingerprint": first.get("system_fingerprint"),
-    }
-    deltas: list[tuple[dict[str, Any], str | None]] = [
-        ({"role": "assistant", "content": ""}, None),
-        ({"content": text}, None),
-        ({}, "stop"),
-    ]
-    stream = [
-        {
-            **envelope,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": end}],
-        }
-        for delta, end in deltas
-    ]
-    recorded_usage = next((chunk for chunk in chunks if chunk.get("usage")), None)
-    if recorded_usage is not None:
-        stream.append({**envelope, "choices": [], "usage": _no_usage(recorded_usage, _CHAT_USAGE)})
-    return stream
-
-
-def _openai_response(template: dict[str, Any], model: str, digest: str, text: str) -> Any:
-    response = {
-        "object": "response",
-        "created_at": template.get("created_at", 0),
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "instructions": None,
-        "metadata": {},
-        "temperature": None,
-        "top_p": None,
-        **template,
-    }
-    response.update(
-        id=f"resp_edited{digest}",
-        model=model,
-        status="completed",
-        error=None,
-        incomplete_details=None,
-        output=[_output_message(digest, text, "completed")],
-        usage=_no_usage(template, _RESPONSES_USAGE),
-    )
-    response.pop("output_text", None)
-    return response
-
-
-_CHAT_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-_RESPONSES_USAGE = {
-    "input_tokens": 0,
-    "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-    "output_tokens": 0,
-    "output_tokens_details": {"reasoning_tokens": 0},
-    "total_tokens": 0,
-}
-
-
-def _no_usage(template: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
-    """The usage of a response no tokens were spent on: `default`, and every count the
-    recorded response's usage reports, set to 0."""
-    recorded = _dict(template.get("usage"))
-    usage = dict(default)
-    for key, value in recorded.items():
-        if isinstance(value, dict):
-            usage[key] = {**_dict(default.get(key)), **_no_usage({"usage": value}, {})}
-        else:
-            usage[key] = 0 if _count(value) is not None else value
-    return usage
-
-
-def _output_message(digest: str, text: str, status: str) -> dict[str, Any]:
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-    return {
-        "type": "message",
-        "id": f"msg_edited{digest}",
-        "role": "assistant",
-        "status": status,
-        "content": [part] if status == "completed" else [],
-    }
-
-
-def _response_events(response: dict[str, Any], text: str) -> list[dict[str, Any]]:
-    """The Responses API's events for one message with one text part, in order."""
-    done = response["output"][0]
-    item_id = done["id"]
-    part = done["content"][0]
-    started = {**response, "status": "in_progress", "output": [], "usage": None}
-    at = {"item_id": item_id, "output_index": 0, "content_index": 0}
-    events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": started},
-        {"type": "response.in_progress", "response": started},
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {**done, "status": "in_progress", "content": []},
-        },
-        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
-        {"type": "response.output_text.delta", **at, "delta": text, "logprobs": []},
-        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
-        {"type": "response.content_part.done", **at, "part": part},
-        {"type": "response.output_item.done", "output_index": 0, "item": done},
-        {"type": "response.completed", "response": response},
-    ]
-    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
-
-
-def _anthropic_message(template: dict[str, Any], model: str, digest: str, text: str) -> Any:
-    return {
-        "id": f"msg_edited{digest}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": _no_usage(template, {"input_tokens": 0, "output_tokens": 0}),
-    }
-
-
-def _anthropic_events(message: dict[str, Any], text: str) -> list[dict[str, Any]]:
-    """Anthropic's server-sent events for one text block, as JSON, in order."""
-    started = {**message, "content": [], "stop_reason": None}
-    return [
-        {"type": "message_start", "message": started},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-            "usage": {"output_tokens": 0},
-        },
-        {"type": "message_stop"},
-    ]
 
 
 # -- small readers -------------------------------------------------------------------------
@@ -802,22 +570,6 @@ def _blocks_text(blocks: Iterable[dict[str, Any]], joiner: str = "") -> str:
 
 def _finish(reason: Any) -> str | None:
     return _FINISH.get(reason, reason) if isinstance(reason, str) else None
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _sum(first: int | None, second: int | None) -> int | None:
-    return first + second if first is not None and second is not None else None
 
 
 def _text(value: Any) -> str | None:
