@@ -15,7 +15,7 @@ import json.scanner
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NoReturn, NotRequired, TypedDict
+from typing import Any, Literal, NoReturn, NotRequired, TypedDict, cast
 
 from kassette.errors import InvalidArgumentError, JournalCorruptionError, NotSerializableError
 from kassette.timestamps import format_timestamp, parse_moment, parse_timestamp
@@ -39,6 +39,7 @@ __all__ = [
     "StartEntry",
     "StepEntry",
     "SuspendEntry",
+    "check_call_record",
     "check_entry",
     "check_json",
     "check_json_encoded",
@@ -558,3 +559,22 @@ def event_name(entry: Mapping[str, Any]) -> str:
     """The event a checked suspend waits for (or a resume delivers): `event`, else its id."""
     value = entry.get("event")
     return value if isinstance(value, str) else event_id(entry)
+
+
+def check_call_record(call: CallRecord, step_id: str, run_id: str) -> CallRecord:
+    """A step's `call` field as replay will see it, if it has a `CallRecord`'s shape (else
+    `InvalidArgumentError`)."""
+    value = check_json(call, f"call of step {step_id!r}")
+    if not (
+        isinstance(value, dict)
+        and isinstance(value.get("provider"), str)
+        and isinstance(value.get("method"), str)
+        and isinstance(value.get("request"), dict)
+    ):
+        raise InvalidArgumentError(
+            f"the call of step {step_id!r} must be {{'provider': str, 'method': str, "
+            f"'request': dict}}, not {call!r}",
+            run_id=run_id,
+            step_id=step_id,
+        )
+    return cast(CallRecord, value)

@@ -28,11 +28,11 @@ from kassette.codec import (
     KNOWN_TYPES,
     CallRecord,
     Entry,
+    check_call_record,
     check_json,
     check_json_encoded,
     event_name,
     format_timestamp,
-    validate_name,
 )
 from kassette.codec import new_run_id as fresh_run_id  # `new_run_id` names a fork's parameter
 from kassette.errors import (
@@ -43,12 +43,19 @@ from kassette.errors import (
     Suspended,
 )
 from kassette.fork import NO_RESULT, ForkPlan, plan_fork
-from kassette.journal import Journal
-from kassette.sessions import cancel_run, check_params, open_session
+from kassette.journal import Journal, StepIds
+from kassette.sessions import (
+    before_step_check,
+    cancel_run,
+    check_params,
+    checking_before_steps,
+    open_session,
+)
 from kassette.state import RunStatus
 from kassette.storage import Storage, open_storage, validate_run_id
 
-# `cancel_run` is `kassette.sessions.cancel_run`, re-exported: the public path is this module
+# `cancel_run` and `checking_before_steps` (kassette.sessions) and `StepIds` (kassette.journal)
+# are re-exported: the public path is this module
 __all__ = [
     "Run",
     "Step",
@@ -65,23 +72,6 @@ __all__ = [
 T = TypeVar("T")
 StepKind = Literal["step", "sleep", "parallel"]
 _ENVELOPE = frozenset({"type", "session", "offset", "timestamp"})
-
-
-class StepIds:
-    """Step and event ids for one scope: `name`, `name#2`, ... each prefixed by the scope.
-
-    The root scope has no prefix; a parallel branch's scope is `block/branch/`.
-    """
-
-    def __init__(self, prefix: str = "") -> None:
-        self.prefix = prefix
-        self._counts: dict[str, int] = {}
-
-    def next(self, name: str, what: str = "step") -> str:
-        validate_name(name, what)
-        count = self._counts.get(name, 0) + 1
-        self._counts[name] = count
-        return f"{self.prefix}{name}" if count == 1 else f"{self.prefix}{name}#{count}"
 
 
 def read_journal(storage: Storage | str, run_id: str) -> Journal:
@@ -189,7 +179,7 @@ class Run:
         self._commits = GroupCommit(storage, journal, self.session, token, clock)
         self._recorded = list(journal.steps)  # step ids, in the order they were journaled
         self._replayed: set[str] = set()
-        self.before_step = _BEFORE_STEP.get()  # see `checking_before_steps`
+        self.before_step = before_step_check()  # see `checking_before_steps`
 
     @property
     def metadata(self) -> Any:
@@ -393,7 +383,7 @@ class Run:
         value, encoded = check_json_encoded(result, f"result of step {step_id!r}")
         fields: dict[str, Any] = {"stepId": step_id, "name": name, "result": value}
         if call is not None:
-            fields["call"] = _checked_call(call, step_id, self.run_id)
+            fields["call"] = check_call_record(call, step_id, self.run_id)
         if kind != "step":
             fields["kind"] = kind
         if attempts is not None and attempts > 1:
@@ -450,47 +440,6 @@ class Run:
         """Return once every entry in `pending` is written (a group commit, see `GroupCommit`)."""
         for queued in pending:
             self._commits.wait(queued)
-
-
-def _checked_call(call: CallRecord, step_id: str, run_id: str) -> CallRecord:
-    """`call` as replay will see it, if it has a `CallRecord`'s shape."""
-    value = check_json(call, f"call of step {step_id!r}")
-    if not (
-        isinstance(value, dict)
-        and isinstance(value.get("provider"), str)
-        and isinstance(value.get("method"), str)
-        and isinstance(value.get("request"), dict)
-    ):
-        raise InvalidArgumentError(
-            f"the call of step {step_id!r} must be {{'provider': str, 'method': str, "
-            f"'request': dict}}, not {call!r}",
-            run_id=run_id,
-            step_id=step_id,
-        )
-    return cast(CallRecord, value)
-
-
-# set by `checking_before_steps`: what runs opened in this thread or task call before a step
-_BEFORE_STEP: ContextVar[Callable[[], None] | None] = ContextVar(
-    "kassette_before_step", default=None
-)
-
-
-@contextmanager
-def checking_before_steps(check: Callable[[], None]) -> Iterator[None]:
-    """Runs opened inside this block (by this thread or task) call `check()` before each of
-    their steps begins, in every thread and task of the invocation.
-
-    `check` stops the invocation at that step boundary by raising a `BaseException` that is
-    not an `Exception` (as `Suspended` is): the workflow engine re-raises it and journals
-    nothing, so the run stays open (not failed, not canceled) and a later invocation replays
-    it and continues. `kx.fan_out` stops its branches this way on Ctrl-C or at its budget.
-    """
-    reset = _BEFORE_STEP.set(check)
-    try:
-        yield
-    finally:
-        _BEFORE_STEP.reset(reset)
 
 
 _UNSET: Any = object()  # `open_run(metadata=)` not given

@@ -81,6 +81,7 @@ __all__ = [
     "StartEntry",
     "Status",
     "StepEntry",
+    "StepIds",
     "SuspendEntry",
     "check_entry",
     "check_json",
@@ -356,3 +357,20 @@ class Journal:
             lambda offset: entries[offset].get("timestamp"),
             updated,
         )
+
+
+class StepIds:
+    """Step and event ids for one scope: `name`, `name#2`, ... each prefixed by the scope.
+
+    The root scope has no prefix; a parallel branch's scope is `block/branch/`.
+    """
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self._counts: dict[str, int] = {}
+
+    def next(self, name: str, what: str = "step") -> str:
+        validate_name(name, what)
+        count = self._counts.get(name, 0) + 1
+        self._counts[name] = count
+        return f"{self.prefix}{name}" if count == 1 else f"{self.prefix}{name}#{count}"

@@ -10,7 +10,9 @@ opened in a `Run`. `cancel_run` is a session of one entry that takes no lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from kassette.append import append, landed_token
@@ -37,7 +39,14 @@ from kassette.journal import Journal
 from kassette.state import RunStatus
 from kassette.storage import ExclusiveAppend, Storage, open_storage, validate_run_id
 
-__all__ = ["OpenedSession", "cancel_run", "check_params", "open_session"]
+__all__ = [
+    "OpenedSession",
+    "before_step_check",
+    "cancel_run",
+    "check_params",
+    "checking_before_steps",
+    "open_session",
+]
 
 _OPEN_ATTEMPTS = 20
 _CANCEL_SECONDS = 10.0  # how long a cancel keeps trying while other writers get there first
@@ -284,3 +293,31 @@ def _append_exclusive(
             raise
         if landed_token(storage.read(run_id), run_id, [planned[0][1]]) is None:
             raise
+
+
+# set by `checking_before_steps`: what runs opened in this thread or task call before a step
+_BEFORE_STEP: ContextVar[Callable[[], None] | None] = ContextVar(
+    "kassette_before_step", default=None
+)
+
+
+@contextmanager
+def checking_before_steps(check: Callable[[], None]) -> Iterator[None]:
+    """Runs opened inside this block (by this thread or task) call `check()` before each of
+    their steps begins, in every thread and task of the invocation.
+
+    `check` stops the invocation at that step boundary by raising a `BaseException` that is
+    not an `Exception` (as `Suspended` is): the workflow engine re-raises it and journals
+    nothing, so the run stays open (not failed, not canceled) and a later invocation replays
+    it and continues. `kx.fan_out` stops its branches this way on Ctrl-C or at its budget.
+    """
+    reset = _BEFORE_STEP.set(check)
+    try:
+        yield
+    finally:
+        _BEFORE_STEP.reset(reset)
+
+
+def before_step_check() -> Callable[[], None] | None:
+    """The check `checking_before_steps` set for this thread or task, if any."""
+    return _BEFORE_STEP.get()
