@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from kassette import MemoryStorage
 from kassette import explore as kx
-from kassette.explore.llm import llm_calls, run_totals
+from kassette.explore._llm import llm_calls, run_totals
 from kassette.journal import encode, format_timestamp
 
 LLM_TARGET, TOTALS_TARGET = 5.0, 3.5

@@ -5,7 +5,7 @@ from and the offset it was cut at; that link makes every run a node whose parent
 source. A run that is not a fork, or whose source is not among the runs, is a root. Children
 are ordered by fork offset (a fork that names none comes first), then run id. Only a
 hand-edited journal can make a cycle of sources; its first run in listing order then starts a
-tree of its own, so every run is shown once. `kassette tree` and `kassette.explore.lineage`
+tree of its own, so every run is shown once. `kassette tree` and `kassette.explore._lineage`
 both build and draw their trees here, each with its own label.
 
 Runs are listed oldest first (`creation_order`): by the time each was created (a root's first

@@ -18,7 +18,7 @@ PACKAGES = ("explore", "koto", "storage", "integrations")  # drawn as one node e
 
 
 def unit(module: str) -> str:
-    """The node a module is drawn as: `kassette.explore.frames` is `explore`."""
+    """The node a module is drawn as: `kassette.explore._frames` is `explore`."""
     parts = module.split(".")[1:]
     if not parts:
         return "kassette"

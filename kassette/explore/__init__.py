@@ -29,18 +29,18 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a bare environment
     raise ImportError(f"{_HINT} ({exc})") from exc
 
-from kassette.explore.branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
-from kassette.explore.compare import compare  # noqa: E402
-from kassette.explore.export import export  # noqa: E402
-from kassette.explore.frames import (  # noqa: E402
+from kassette.explore._branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
+from kassette.explore._compare import compare  # noqa: E402
+from kassette.explore._export import export  # noqa: E402
+from kassette.explore._frames import (  # noqa: E402
     ENTRY_SCHEMA,
     LLM_CALL_SCHEMA,
     RUN_SCHEMA,
     Journals,
     load,
 )
-from kassette.explore.lineage import Lineage, RunNode, lineage  # noqa: E402
-from kassette.explore.timeline import timeline  # noqa: E402  (altair loads on first call)
+from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
+from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if TYPE_CHECKING:
     from kassette.explore._otlp import send_otlp, to_otlp

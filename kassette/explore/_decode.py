@@ -35,7 +35,7 @@ from kassette.codec import (
     to_json,
     too_deep,
 )
-from kassette.explore.llm import run_totals
+from kassette.explore._llm import run_totals
 from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]

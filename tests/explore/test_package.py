@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 
@@ -12,10 +13,10 @@ from kassette import explore as kx
 
 MODULES = [
     "kassette.explore",
-    "kassette.explore.compare",
-    "kassette.explore.export",
-    "kassette.explore.frames",
-    "kassette.explore.lineage",
+    "kassette.explore._compare",
+    "kassette.explore._export",
+    "kassette.explore._frames",
+    "kassette.explore._lineage",
     "kassette.explore.widgets",
 ]
 
@@ -63,3 +64,13 @@ def test_a_missing_extra_names_the_install() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert 'pip install "kassette[explore]"' in done.stdout
+
+
+def test_no_public_name_hides_a_module_of_the_same_name() -> None:
+    """The modules are private (`_compare.py`), as httpx's are: `kx.compare` is the function,
+    and `import kassette.explore.compare` finds no module to shadow it."""
+    for package in (kx, importlib.import_module("kassette.explore.widgets")):
+        for name in package.__all__:
+            assert importlib.util.find_spec(f"{package.__name__}.{name}") is None, name
+    assert sys.modules["kassette.explore._compare"] is not kx.compare
+    assert callable(kx.compare) and callable(kx.lineage) and callable(kx.export)

@@ -19,7 +19,7 @@ from kassette import AsyncContext, InvalidArgumentError, MemoryStorage, RunNotFo
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
 from kassette.explore.widgets._colors import NO_VALUE_COLOR, SCALE
-from kassette.explore.widgets.tree import PAGE
+from kassette.explore.widgets._tree import PAGE
 from kassette.testing import FakeClock
 
 

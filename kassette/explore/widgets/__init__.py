@@ -17,8 +17,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a bare environment
         f" ({exc})"
     ) from exc
 
-from kassette.explore.widgets.compare import CompareView
-from kassette.explore.widgets.fork import ForkExplorer
-from kassette.explore.widgets.tree import RunTree, TreeNode
+from kassette.explore.widgets._compare import CompareView
+from kassette.explore.widgets._fork import ForkExplorer
+from kassette.explore.widgets._tree import RunTree, TreeNode
 
 __all__ = ["CompareView", "ForkExplorer", "RunTree", "TreeNode"]

@@ -17,9 +17,9 @@ import pandas as pd
 import pyarrow as pa
 
 from kassette.errors import InvalidArgumentError
-from kassette.explore.branches import Branches
-from kassette.explore.frames import Journals
-from kassette.explore.lineage import STATUS_COLORS, Lineage
+from kassette.explore._branches import Branches
+from kassette.explore._frames import Journals
+from kassette.explore._lineage import STATUS_COLORS, Lineage
 
 __all__ = [
     "NO_VALUE_COLOR",

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.explore.frames import Journals
-from kassette.explore.lineage import Lineage, RunNode
+from kassette.explore._frames import Journals
+from kassette.explore._lineage import Lineage, RunNode
 from kassette.explore.widgets._colors import OTHER_COLOR, status_color
 
 __all__ = [

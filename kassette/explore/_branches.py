@@ -48,7 +48,7 @@ from kassette.fork import plan_fork
 from kassette.workflow import AsyncWorkflow, Workflow
 
 if TYPE_CHECKING:
-    from kassette.explore.frames import Journals
+    from kassette.explore._frames import Journals
 
 __all__ = ["Branches", "FanOutInterrupted", "fan_out"]
 
@@ -179,7 +179,7 @@ class Branches:
     @property
     def journals(self) -> Journals:
         """The branches' journals (`kx.load` of their run ids)."""
-        from kassette.explore.frames import load
+        from kassette.explore._frames import load
 
         return load(self._storage(), run_ids=self.run_ids)
 
@@ -187,8 +187,8 @@ class Branches:
         """`kx.compare` of the source and every branch, step by step: a model call shows its
         answer and the request parameters that differ from the source's (`values="json"`:
         the raw response)."""
-        from kassette.explore.compare import compare
-        from kassette.explore.frames import load
+        from kassette.explore._compare import compare
+        from kassette.explore._frames import load
 
         run_ids = [self.source, *self.run_ids]
         return compare(load(self._storage(), run_ids=run_ids), run_ids, values=values)
@@ -238,7 +238,7 @@ class Branches:
     def _costs(self) -> pd.Series:
         """Each branch's own model calls' cost (the runs frame's `cost_usd`: the copied
         prefix is the source's), `<NA>` where unknown or where the branch has no journal."""
-        from kassette.explore.frames import load
+        from kassette.explore._frames import load
 
         storage = self._storage()
         try:

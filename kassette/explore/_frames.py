@@ -21,11 +21,11 @@ import pyarrow.compute as pc
 
 from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
+from kassette.explore._export import ParquetSink, check_partition_by
+from kassette.explore._llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
 from kassette.explore._refresh import refreshed, stamps_before_reading
 from kassette.explore._table import frame_html, frame_text
-from kassette.explore.export import ParquetSink, check_partition_by
-from kassette.explore.llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.storage import Storage
 
 __all__ = ["ENTRY_SCHEMA", "LLM_CALL_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
@@ -82,7 +82,7 @@ class Journals:
     def sql(self, query: str) -> pd.DataFrame:
         """Run DuckDB SQL over the `runs`, `entries` and `llm_calls` tables (scanned in place,
         as Arrow) and return the result as a frame."""
-        from kassette.explore.sql import sql
+        from kassette.explore._sql import sql
 
         return sql(self, query)
 

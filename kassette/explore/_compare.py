@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from kassette.codec import to_json
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore._answers import Answer, answer_of, request_changes
+from kassette.explore._frames import Journals
 from kassette.explore._read import unique_run_ids
-from kassette.explore.frames import Journals
 
 __all__ = ["FIRST_DIVERGENCE", "VALUES", "Comparison", "compare", "compared"]
 

@@ -19,14 +19,14 @@ import pyarrow as pa
 import traitlets
 
 from kassette.errors import InvalidArgumentError, RunNotFoundError
-from kassette.explore.branches import Branches
-from kassette.explore.frames import Journals
-from kassette.explore.lineage import lineage
+from kassette.explore._branches import Branches
+from kassette.explore._frames import Journals
+from kassette.explore._lineage import lineage
 from kassette.explore.widgets._assets import css, esm
 from kassette.explore.widgets._awaiting import settle
 from kassette.explore.widgets._colors import ColorBy, node_colors
+from kassette.explore.widgets._live import Watcher
 from kassette.explore.widgets._rows import PAGE, TreeNode, entries_of, entry_page, rows, run_header
-from kassette.explore.widgets.live import Watcher
 
 __all__ = ["PAGE", "RunTree", "TreeNode"]
 

@@ -21,13 +21,13 @@ import pandas as pd
 from kassette.codec import TERMINAL_TYPES
 from kassette.engine import RunResult, run_state
 from kassette.errors import InvalidArgumentError, RunNotFoundError
-from kassette.explore.branches import Branches, fan_out
-from kassette.explore.frames import Journals, load
-from kassette.explore.lineage import STATUS_COLORS, lineage
+from kassette.explore._branches import Branches, fan_out
+from kassette.explore._frames import Journals, load
+from kassette.explore._lineage import STATUS_COLORS, lineage
 from kassette.explore.widgets._awaiting import settle
+from kassette.explore.widgets._compare import CompareView
 from kassette.explore.widgets._rows import status_color
-from kassette.explore.widgets.compare import CompareView
-from kassette.explore.widgets.tree import RunTree
+from kassette.explore.widgets._tree import RunTree
 from kassette.fork import last_fork_offset
 from kassette.workflow import AsyncWorkflow, Workflow
 

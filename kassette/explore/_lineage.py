@@ -13,7 +13,7 @@ import html
 from collections.abc import Iterator
 
 from kassette.errors import RunNotFoundError
-from kassette.explore.frames import Journals
+from kassette.explore._frames import Journals
 from kassette.lineage import RunNode, build_forest, draw_tree, tree_lines
 
 __all__ = ["STATUS_COLORS", "Lineage", "RunNode", "lineage"]

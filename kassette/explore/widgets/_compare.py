@@ -21,8 +21,8 @@ import traitlets
 
 from kassette.errors import InvalidArgumentError
 from kassette.explore._answers import word_diff
-from kassette.explore.compare import Comparison, compared
-from kassette.explore.frames import Journals
+from kassette.explore._compare import Comparison, compared
+from kassette.explore._frames import Journals
 from kassette.explore.widgets._assets import css, esm
 from kassette.explore.widgets._rows import params_text, pretty_json
 

@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 
 from kassette.codec import format_timestamp
 from kassette.errors import RunNotFoundError
+from kassette.explore._frames import Journals
 from kassette.explore._read import unique_run_ids
-from kassette.explore.frames import Journals
 
 __all__ = ["Timeline", "bars", "timeline"]
 
