@@ -22,6 +22,7 @@ from kassette import (
 )
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
+from kassette.explore._branches import FRAME_COLUMNS
 
 PARTIES = 6
 BARRIER_LIMIT_S = 60  # a bound: a barrier that never opens breaks and fails the branch
@@ -61,7 +62,7 @@ def test_n_branches_fork_the_step_and_run_it_live_in_each(storage: MemoryStorage
     branches = kx.fan_out(agent, "root", step="draft", n=3, score=lambda r: r.result["score"])
     assert branches.run_ids == ["root.draft.0", "root.draft.1", "root.draft.2"]
     frame = branches.frame
-    assert list(frame.columns) == kx.branches.FRAME_COLUMNS
+    assert list(frame.columns) == FRAME_COLUMNS
     assert frame["status"].tolist() == ["success"] * 3
     assert frame["params"].tolist() == [{}, {}, {}]
     for run_id in branches.run_ids:
