@@ -66,7 +66,15 @@ def test_the_documented_module_graph_is_the_code_s() -> None:
 def test_the_layers_only_import_downward() -> None:
     """The core layers in order, lowest first: each imports only layers before it."""
     layers = [
-        {"errors", "clock", "lineage", "_model_responses", "_model_answers", "timestamps"},
+        {
+            "errors",
+            "clock",
+            "lineage",
+            "_model_responses",
+            "_model_answers",
+            "timestamps",
+            "_json_diff",
+        },
         {"codec", "retry", "storage", "_model_wire", "_model_usage"},
         {"model_calls"},
         {"state", "_model_server"},

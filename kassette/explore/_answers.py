@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from kassette._json_diff import ABSENT, first_difference
 from kassette.model_calls import ModelCall, read_model_result
 
 __all__ = ["ELIDED", "Answer", "answer_of", "request_changes", "word_diff"]
@@ -66,34 +67,17 @@ def request_changes(baseline: dict[str, Any] | None, request: dict[str, Any] | N
         return []
     lines = []
     for name in [*baseline, *(key for key in request if key not in baseline)]:
-        before, after = baseline.get(name, _UNSET), request.get(name, _UNSET)
-        if before != after:
-            path, before, after = _first_difference(name, before, after)
+        found = first_difference(
+            baseline.get(name, ABSENT), request.get(name, ABSENT), name, whole_lists=True
+        )
+        if found is not None:
+            path, before, after = found
             lines.append(f"{path} {_short(before)} → {_short(after)}")
     return lines
 
 
-_UNSET: Any = object()
-
-
-def _first_difference(path: str, before: Any, after: Any) -> tuple[str, Any, Any]:
-    """The first path below `path` where two JSON values differ, and the values there."""
-    for _ in range(64):  # JSON nests far less deep than this; the bound keeps it a loop
-        if isinstance(before, dict) and isinstance(after, dict):
-            names = [*before, *(key for key in after if key not in before)]
-            name = next(k for k in names if before.get(k, _UNSET) != after.get(k, _UNSET))
-            before, after = before.get(name, _UNSET), after.get(name, _UNSET)
-            path = f"{path}.{name}"
-        elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-            index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
-            path, before, after = f"{path}[{index}]", before[index], after[index]
-        else:
-            break
-    return path, before, after
-
-
 def _short(value: Any) -> str:
-    if value is _UNSET:
+    if value is ABSENT:
         return "unset"
     if isinstance(value, list | dict):
         kind = "list" if isinstance(value, list) else "object"

@@ -24,6 +24,8 @@ from typing import Any, Generic, TypeVar
 
 import pydantic
 
+from kassette._json_diff import ABSENT
+from kassette._json_diff import first_difference as _first_difference
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
 from kassette.journal import CallRecord, validate_name
@@ -284,54 +286,17 @@ def _plain(value: Any, omitted: tuple[type, ...]) -> Any:
 # -- comparing requests ------------------------------------------------------------------------
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "(absent)"
-
-
-_ABSENT: Any = _Absent()
-
-
-def first_difference(recorded: Any, current: Any, path: str = "") -> tuple[str, Any, Any] | None:
-    """The first path at which two JSON values differ, with the value on each side (`_ABSENT`
-    for a key or item one side lacks), or None when they are equal. Keys are visited in the
-    recorded order, then the current one's new keys; `1` and `1.0` are equal, `1` and `true`
-    are not."""
-    if isinstance(recorded, dict) and isinstance(current, dict):
-        for key in [*recorded, *(k for k in current if k not in recorded)]:
-            found = first_difference(
-                recorded.get(key, _ABSENT), current.get(key, _ABSENT), _key_path(path, key)
-            )
-            if found is not None:
-                return found
-        return None
-    if isinstance(recorded, list) and isinstance(current, list):
-        for index in range(max(len(recorded), len(current))):
-            found = first_difference(
-                recorded[index] if index < len(recorded) else _ABSENT,
-                current[index] if index < len(current) else _ABSENT,
-                f"{path}[{index}]",
-            )
-            if found is not None:
-                return found
-        return None
-    if isinstance(recorded, dict | list) or isinstance(current, dict | list):
-        same = False  # a container against a scalar, or an object against an array
-    else:
-        same = isinstance(recorded, bool) is isinstance(current, bool) and recorded == current
-    return None if same else (path or "(the request)", recorded, current)
-
-
-def _key_path(path: str, key: str) -> str:
-    if key.isidentifier():
-        return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(key)}]"
+def first_difference(recorded: Any, current: Any) -> tuple[str, Any, Any] | None:
+    """Where a code's request first differs from the recorded one (`kassette._json_diff`),
+    the whole request named `(the request)`."""
+    found = _first_difference(recorded, current)
+    return None if found is None else (found[0] or "(the request)", found[1], found[2])
 
 
 def _shorten(value: Any, other: Any) -> str:
     """`value` as JSON in at most about `_SHORT` characters; for two strings, the part around
     where they start to differ, so that the difference shows."""
-    if value is _ABSENT:
+    if value is ABSENT:
         return "(absent)"
     if isinstance(value, str) and isinstance(other, str):
         start = next(
