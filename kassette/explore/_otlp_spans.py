@@ -1,0 +1,579 @@
+"""A run's journal entries as OpenTelemetry spans: the mapping docs/otel.md tabulates.
+
+`RunTrace` is the one mapping from entries to spans. It takes a run's plain journal entries
+(the JSON objects of its lines) in offset order, one `add` at a time, and gives the run's spans
+as OTLP/JSON objects (ids in hex, enums as numbers, 64-bit numbers as text): the export
+(`kx.to_otlp`, `kx.export(format="otlp")`, `kx.send_otlp`) feeds it every entry of a journal,
+and a live tracer can feed it each entry as it is appended.
+
+A *trace* is a run: a root span for the run, a span per session under it, and under those a
+span per step, suspend (its wait, until the resume), sleep (until its wake time) and parallel
+block, the steps of a parallel branch under their block. Model-call steps carry the GenAI
+semantic conventions and the OpenInference attributes Phoenix reads; kassette's own facts sit
+under `kassette.`.
+
+Ids are hashes of what identifies the journal, never random: the run id and the time of the
+entry that created the run (its first `start`, or a fork's own `start`), in whole
+milliseconds. Exporting the same journal twice gives the same ids; a run deleted and created
+again, or the same run id in another store, gives other ids.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kassette.codec import to_json
+from kassette.explore._otlp_messages import model_call_content
+from kassette.model_calls import ModelCall, read_model_call
+from kassette.state import RunState, reduce_entry
+from kassette.timestamps import parse_moment
+
+__all__ = [
+    "SCOPE",
+    "RunTrace",
+    "any_value",
+    "json_text",
+    "key_values",
+    "nanos",
+    "span_id",
+    "trace_id",
+]
+
+SCOPE = "kassette"
+# OTLP's enum numbers (opentelemetry/proto/trace/v1/trace.proto)
+KIND_INTERNAL, KIND_CLIENT = 1, 3
+STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+_RUN_STATUS = {"completed": STATUS_OK, "failed": STATUS_ERROR}
+_INT64 = range(-(2**63), 2**63)
+# request parameters, as GenAI attribute names (several providers' words for one)
+_REQUEST_PARAMETERS = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "top_k": "gen_ai.request.top_k",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "max_output_tokens": "gen_ai.request.max_tokens",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+    "seed": "gen_ai.request.seed",
+    "n": "gen_ai.request.choice.count",
+    "stop": "gen_ai.request.stop_sequences",
+    "stop_sequences": "gen_ai.request.stop_sequences",
+}
+# what a request holds besides its parameters: the conversation, exported only with content
+_CONTENT_FIELDS = frozenset({"messages", "input", "system", "tools", "instructions"})
+
+
+def trace_id(run_id: str, created_ms: int) -> str:
+    """A run's trace id, in hex: the first 16 bytes of SHA-256 of
+    `"kassette-trace\\0" + run_id + "\\0" + created_ms`, where `created_ms` is the time of the
+    entry that created the run, in milliseconds since the epoch."""
+    key = f"kassette-trace\0{run_id}\0{created_ms}"
+    return hashlib.sha256(key.encode()).digest()[:16].hex()
+
+
+def span_id(run_id: str, created_ms: int, part: str, number: int = 0) -> str:
+    """A span's id, in hex: the first 8 bytes of SHA-256 of `"kassette-span\\0" + run_id +
+    "\\0" + created_ms + "\\0" + part + "\\0" + number`, where part is `run` (the root span),
+    `session` (number: the session) or `entry` (number: the offset)."""
+    key = f"kassette-span\0{run_id}\0{created_ms}\0{part}\0{number}"
+    return hashlib.sha256(key.encode()).digest()[:8].hex()
+
+
+@functools.cache
+def version() -> str:
+    """kassette's installed version, the instrumentation scope's."""
+    try:
+        return importlib.metadata.version("kassette")
+    except importlib.metadata.PackageNotFoundError:  # a checkout that is not installed
+        return ""
+
+
+def nanos(timestamp: Any) -> int:
+    """A journal timestamp (text) as nanoseconds since the epoch, whole milliseconds as the
+    journal writes them; 0 for one that does not read."""
+    if not isinstance(timestamp, str):
+        return 0
+    try:
+        moment = parse_moment(timestamp)
+    except ValueError:
+        return 0
+    whole = int(moment.timestamp())
+    return whole * 1_000_000_000 + moment.microsecond * 1_000
+
+
+@dataclass
+class _Span:
+    """A span being built: its end may grow as its children are placed. `part`/`number` name
+    it within its run (`run` 0, `session` N, `entry` OFFSET); `parent` is its parent's."""
+
+    part: str
+    number: int
+    parent: tuple[str, int] | None
+    name: str
+    start: int
+    end: int
+    kind: int = KIND_INTERNAL
+    attributes: dict[str, Any] = field(default_factory=dict)
+    status: int = STATUS_UNSET
+    message: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Owner:
+    """A run whose own entries a journal holds: its id and creation time (what its ids hash)."""
+
+    run_id: str
+    created_ms: int
+
+
+class RunTrace:
+    """The spans of one run's journal, built entry by entry (plain journal entries, in offset
+    order: `add`), read with `spans()`.
+
+    A fork's journal begins with the entries it copied from its source: they are the source's
+    spans (exported with the source), so a fork's own `start` (the last one with `source`)
+    drops what was built before it and remembers where the copied entries came from, for the
+    fork's links. `include_content` adds prompts, answers, results and the run's input.
+    """
+
+    def __init__(self, run_id: str, *, include_content: bool = False) -> None:
+        self.run_id = run_id
+        self.include_content = include_content
+        self.state = RunState()
+        self._created_ms: int | None = None  # the time of the start that created this run
+        self._first_ms = 0  # entry 0's, for a journal that has no start
+        self._fork_point: tuple[_Owner, int, str, int] | None = None  # owner, offset, type, session
+        self._previous: tuple[int, str, int] | None = None  # offset, type, session
+        self._ended = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._root = _Span("run", 0, None, f"run {self.run_id}", 0, 0)
+        self._sessions: dict[int, _Span] = {}
+        self._spans: dict[int, _Span] = {}  # offset -> span
+        self._blocks: dict[str, _Span] = {}  # a parallel block's step id -> its span
+        self._waits: dict[str, _Span] = {}  # a suspend's event id -> its span, until its resume
+        self._events: list[dict[str, Any]] = []
+        self._cancel_reason: str | None = None
+        self._started = False
+
+    def add(self, entry: Mapping[str, Any], at: int | None = None) -> None:
+        """Read the next entry of the journal; `at` is its time in nanoseconds (default: read
+        from its `timestamp`)."""
+        if self._ended:  # nothing after a terminal entry counts (docs/journal-format.md)
+            return
+        at = nanos(entry.get("timestamp")) if at is None else at
+        kind, offset = entry["type"], entry["offset"]
+        if self._previous is None:
+            self._first_ms = at // 1_000_000
+        if kind != "step":
+            before = self.state.created_offset
+            self.state = reduce_entry(self.state, entry)
+            if kind == "start" and isinstance(entry.get("source"), dict):
+                self._forked(entry, at)
+            elif self.state.created_offset != before:
+                self._created_ms = at // 1_000_000
+        self._place(entry, kind, at)
+        self._previous = (offset, kind, entry["session"])
+        self._ended = self.state.ended_offset is not None
+
+    def _forked(self, entry: Mapping[str, Any], at: int) -> None:
+        """A fork's start: what came before it was written by its source (or, for entries a
+        fork of a fork copied, by an earlier run), whose creation time is the one known so
+        far; the entries from here are this fork's (or the next fork's, in a copy)."""
+        writer = _Owner(str(entry["source"].get("runId")), self.created_ms)
+        if self._previous is not None:
+            offset, kind, session = self._previous
+            self._fork_point = (writer, offset, kind, session)
+        self._created_ms = at // 1_000_000
+        self._reset()
+
+    @property
+    def created_ms(self) -> int:
+        """The time of the entry that created this run (entry 0's for a journal with no
+        start), in milliseconds: with the run id, what its ids are hashes of."""
+        return self._created_ms if self._created_ms is not None else self._first_ms
+
+    def _place(self, entry: Mapping[str, Any], kind: str, at: int) -> None:
+        number = entry["session"]
+        session = self._sessions.get(number)
+        if session is None:
+            session = _Span("session", number, ("run", 0), f"session {number}", at, at)
+            session.attributes = {
+                "kassette.run_id": self.run_id,
+                "kassette.session": number,
+                "openinference.span.kind": "CHAIN",
+            }
+            self._sessions[number] = session
+        if not self._started:
+            self._root.start = self._root.end = at
+            self._started = True
+        span = self._entry_span(entry, kind, at, session)
+        if span is not None:
+            self._spans[entry["offset"]] = span
+        session.end = max(session.end, at)
+        if kind == "resume" and (wait := self._waits.pop(_step_id(entry), None)) is not None:
+            wait.end = max(wait.end, at)
+            wait.status = STATUS_OK
+            del wait.attributes["kassette.pending"]
+        elif kind == "error":
+            error = entry.get("error")
+            error = error if isinstance(error, dict) else {}
+            for failed in (self._root, session):
+                failed.status = STATUS_ERROR
+                failed.message = str(error.get("message") or "")
+            self._events.append(_exception(at, error))
+        elif kind == "cancel":
+            reason = entry.get("reason")
+            self._cancel_reason = "" if reason is None else str(reason)
+
+    def _entry_span(
+        self, entry: Mapping[str, Any], kind: str, at: int, session: _Span
+    ) -> _Span | None:
+        """The span of a step, suspend or sleep entry (None for the others: a start opens its
+        session, a resume ends its suspend's wait, a terminal entry sets the run's status)."""
+        step_id = _step_id(entry)
+        if kind not in ("step", "suspend", "resume") or (
+            kind == "resume" and step_id in self._waits
+        ):
+            return None
+        offset = entry["offset"]
+        parent = self._block_of(step_id) or ("session", session.number)
+        span = _Span("entry", offset, parent, step_id, at, at, status=STATUS_OK)
+        attributes = span.attributes = {
+            "kassette.run_id": self.run_id,
+            "kassette.session": entry["session"],
+            "kassette.offset": offset,
+            "kassette.entry_type": kind,
+            "kassette.step_id": step_id,
+            "openinference.span.kind": "CHAIN",
+        }
+        if entry.get("edited") is True:
+            attributes["kassette.edited"] = True
+        event = _text(entry.get("event")) or (_text(entry.get("name")) if kind != "step" else None)
+        if kind == "suspend":
+            span.name = f"suspend {event or step_id}"
+            span.status = STATUS_UNSET  # a wait is not done until its resume
+            attributes["kassette.event"] = event or ""
+            attributes["kassette.pending"] = True
+            self._waits[step_id] = span
+            return span
+        if kind == "resume":  # a fork's edited resume, whose suspend was copied
+            span.name = f"resume {event or step_id}"
+            if self.include_content:
+                attributes.update(_content("output", entry.get("value")))
+            return span
+        step_kind = _text(entry.get("kind")) or "step"
+        attributes["kassette.kind"] = step_kind
+        duration = entry.get("durationMs")
+        if isinstance(duration, int | float) and _finite(duration):
+            span.start = at - round(duration * 1_000_000)
+        result = entry.get("result")
+        if step_kind == "sleep":
+            wake = result.get("wakeAt") if isinstance(result, dict) else None
+            span.end = max(at, nanos(wake))
+            span.name = "sleep"
+        elif step_kind == "parallel":
+            self._blocks[step_id] = span
+        else:
+            _model_call_or_step(span, entry, self.include_content)
+        return span
+
+    def _block_of(self, step_id: str) -> tuple[str, int] | None:
+        """The span of the parallel block a step id is nested in (`block/branch/step`)."""
+        parts = step_id.split("/")
+        if len(parts) < 3:
+            return None
+        block = self._blocks.get("/".join(parts[:-2]))
+        return ("entry", block.number) if block is not None else None
+
+    def spans(self) -> list[dict[str, Any]]:
+        """The run's spans so far, as OTLP/JSON objects: the root, its sessions, its entries.
+        Nothing when the journal holds none of this run's own entries."""
+        if not self._started:
+            return []
+        root = self._root
+        root.attributes = self._run_attributes()
+        root.status = _RUN_STATUS.get(self.state.status, STATUS_UNSET)
+        if self.state.status != "failed":
+            root.message = ""
+        root.events = self._events
+        # a parent spans its children (a block its branches' steps, a session its spans, the
+        # run its sessions; a step's start is its end less its duration, maybe before the
+        # entry that opened its session): children follow their parents, so the latest first
+        by_key = {("session", n): s for n, s in self._sessions.items()}
+        by_key |= {("entry", offset): span for offset, span in self._spans.items()}
+        for offset in sorted(self._spans, reverse=True):
+            child = self._spans[offset]
+            above = by_key.get(child.parent) if child.parent else None
+            if above is not None:
+                above.start = min(above.start, child.start)
+                above.end = max(above.end, child.end)
+        for session in self._sessions.values():
+            root.start = min(root.start, session.start)
+            root.end = max(root.end, session.end)
+        me = _Owner(self.run_id, self.created_ms)
+        trace = trace_id(me.run_id, me.created_ms)
+        found = [_json_span(me, trace, root, self._links())]
+        found += [_json_span(me, trace, span, []) for span in self._sessions.values()]
+        found += [_json_span(me, trace, span, []) for span in self._spans.values()]
+        return found
+
+    def _run_attributes(self) -> dict[str, Any]:
+        state = self.state
+        found: dict[str, Any] = {
+            "kassette.run_id": self.run_id,
+            "kassette.status": state.status,
+            "kassette.version": state.version,
+            "kassette.params": to_json(state.params or {}),
+            "openinference.span.kind": "CHAIN",
+            "kassette.cancel_reason": self._cancel_reason,
+        }
+        source = state.source
+        if source is not None:
+            # the forks of one source at one offset (a fan-out's branches) share this group
+            run, offset = source.get("runId"), source.get("fromOffset")
+            found |= {
+                "kassette.fork.source_run_id": run,
+                "kassette.fork.offset": offset,
+                "kassette.fork.group": f"{run}@{offset}",
+            }
+        if self.include_content:
+            if state.created_offset is not None:
+                found |= _content("input", state.input)
+            if state.status == "completed":
+                found |= _content("output", state.result)
+        return {key: value for key, value in found.items() if value is not None}
+
+    def _links(self) -> list[dict[str, Any]]:
+        """A fork's links into the trace of the run that wrote the entry before the fork
+        point (its source, or the run a fork of a fork copied it from): to that run's root
+        span, and to the span of that entry (a step or suspend), else of its session."""
+        if self._fork_point is None or self.state.source is None:
+            return []
+        writer, offset, kind, session = self._fork_point
+        fork_offset = self.state.source.get("fromOffset")
+        trace = trace_id(writer.run_id, writer.created_ms)
+        point = (
+            span_id(writer.run_id, writer.created_ms, "entry", offset)
+            if kind in ("step", "suspend")
+            else span_id(writer.run_id, writer.created_ms, "session", session)
+        )
+        root = span_id(writer.run_id, writer.created_ms, "run")
+        return [
+            {
+                "traceId": trace,
+                "spanId": span,
+                "attributes": key_values(
+                    {"kassette.link": name, "kassette.fork.offset": fork_offset}
+                ),
+            }
+            for span, name in ((root, "fork source"), (point, "fork point"))
+        ]
+
+
+def _finite(number: float) -> bool:
+    """A duration to subtract: a finite number, not a bool."""
+    return not isinstance(number, bool) and math.isfinite(number)
+
+
+def _step_id(entry: Mapping[str, Any]) -> str:
+    """The id a step or an event is journaled under: `stepId`, else `eventId`, else (an
+    upstream suspend or resume) its `name`."""
+    for key in ("stepId", "eventId"):
+        if isinstance(found := entry.get(key), str):
+            return found
+    name = entry.get("name")
+    return name if isinstance(name, str) and entry.get("type") != "step" else ""
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _model_call_or_step(span: _Span, entry: Mapping[str, Any], include_content: bool) -> None:
+    """A step's model-call attributes, or its result as content."""
+    call = read_model_call({**entry, "type": "step"})
+    if call is not None:
+        _model_call(span, call, include_content)
+    elif include_content:
+        span.attributes.update(_content("output", entry.get("result")))
+
+
+def _model_call(span: _Span, call: ModelCall, include_content: bool) -> None:
+    """GenAI semantic conventions and OpenInference attributes on a model call's span.
+
+    A response that cannot be read (one bad entry) leaves out what it would have given (the
+    answering model, tokens, finish reason, answer), with `kassette.unreadable` saying why:
+    one entry never breaks the export of a store."""
+    request = call.request or {}
+    span.kind = KIND_CLIENT
+    found: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": call.provider,
+        "kassette.model_call.method": call.method,
+        "openinference.span.kind": "LLM",
+        "llm.provider": call.provider,
+        "llm.system": call.provider,
+    }
+    requested = request.get("model") if isinstance(request.get("model"), str) else None
+    try:
+        found |= _response_attributes(call, requested, include_content)
+        requested = requested or call.model
+    except Exception as exc:  # any reader's failure on a hostile response
+        found["kassette.unreadable"] = f"the model call's response could not be read: {exc!r}"
+    span.name = f"chat {requested}" if requested else "chat"
+    found["gen_ai.request.model"] = requested
+    for key, name in _REQUEST_PARAMETERS.items():
+        if key in request and request[key] is not None:
+            value = request[key]
+            listed = name.endswith("stop_sequences") and isinstance(value, str)
+            found[name] = [value] if listed else value
+    parameters = {key: value for key, value in request.items() if key not in _CONTENT_FIELDS}
+    found["llm.invocation_parameters"] = json_text(parameters)
+    if include_content:
+        conversation = {key: value for key, value in request.items() if key in _CONTENT_FIELDS}
+        found |= _content("input", conversation)
+    span.attributes.update({key: value for key, value in found.items() if value is not None})
+
+
+def _response_attributes(
+    call: ModelCall, requested: str | None, include_content: bool
+) -> dict[str, Any]:
+    """What the response of a model call says: model, id, tokens, finish reason, answer."""
+    finish = call.finish_reason  # reads the response once: the usage comes with it
+    usage = call.usage
+    found: dict[str, Any] = {
+        "gen_ai.response.model": call.model,
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "llm.model_name": call.model or requested,
+        "llm.token_count.prompt": usage.input_tokens,
+        "llm.token_count.completion": usage.output_tokens,
+        "llm.token_count.total": usage.total_tokens,
+    }
+    if isinstance(call.result, dict) and isinstance(call.result.get("id"), str):
+        found["gen_ai.response.id"] = call.result["id"]
+    if finish is not None:
+        found["gen_ai.response.finish_reasons"] = [finish]
+    if include_content:
+        found |= model_call_content(call)
+    return found
+
+
+def _content(direction: str, value: Any) -> dict[str, Any]:
+    """`input.value` / `output.value` (OpenInference) holding a JSON value (or JSON text)."""
+    if value is None:
+        return {}
+    text = value if isinstance(value, str) else json_text(value)
+    return {f"{direction}.value": text, f"{direction}.mime_type": "application/json"}
+
+
+def _exception(at: int, error: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed run's error as OpenTelemetry's `exception` event."""
+    attributes = {
+        "exception.type": str(error.get("name") or ""),
+        "exception.message": str(error.get("message") or ""),
+        "exception.stacktrace": str(error.get("traceback") or ""),
+    }
+    return {"timeUnixNano": str(at), "name": "exception", "attributes": key_values(attributes)}
+
+
+def _json_span(
+    owner: _Owner, trace: str, span: _Span, links: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A span as OTLP/JSON, with the fields protobuf's JSON mapping writes (defaults left out)."""
+    found: dict[str, Any] = {
+        "traceId": trace,
+        "spanId": span_id(owner.run_id, owner.created_ms, span.part, span.number),
+    }
+    if span.parent is not None:
+        found["parentSpanId"] = span_id(owner.run_id, owner.created_ms, *span.parent)
+    found["name"] = span.name
+    found["kind"] = span.kind
+    found["startTimeUnixNano"] = str(span.start)
+    found["endTimeUnixNano"] = str(max(span.end, span.start))
+    found["attributes"] = key_values(span.attributes)
+    if span.events:
+        found["events"] = span.events
+    if links:
+        found["links"] = links
+    status: dict[str, Any] = {}
+    if span.message:
+        status["message"] = span.message
+    if span.status:
+        status["code"] = span.status
+    found["status"] = status
+    return found
+
+
+def key_values(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Attributes as OTLP/JSON `KeyValue`s (None values left out)."""
+    simple = _SIMPLE
+    return [
+        {"key": key, "value": {simple[type(value)]: value}}
+        if type(value) in simple
+        else {"key": key, "value": any_value(value)}
+        for key, value in attributes.items()
+        if value is not None
+    ]
+
+
+# the types whose AnyValue is the value itself (an int is text in OTLP/JSON: not here)
+_SIMPLE = {str: "stringValue", bool: "boolValue"}
+
+
+def any_value(value: Any) -> dict[str, Any]:
+    """A value as an OTLP/JSON `AnyValue`. An integer past 64 bits is its digits as a string
+    (protobuf holds none); NaN and the infinities are protobuf JSON's words for them; a JSON
+    object, or a list item that is a list or object, is its JSON text."""
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)} if value in _INT64 else {"stringValue": str(value)}
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return {"doubleValue": value}
+        word = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return {"doubleValue": word}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, list | tuple):
+        items = [
+            {"stringValue": json_text(item)}
+            if isinstance(item, list | tuple | dict)
+            else any_value(item)
+            for item in value
+        ]
+        return {"arrayValue": {"values": items}}
+    return {"stringValue": json_text(value)}
+
+
+def json_text(value: Any) -> str:
+    """A JSON value as compact text (an attribute's value): by orjson when it can (an int
+    past 64 bits it cannot), else by the standard library; what is no JSON, as its repr."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value).decode()
+        except TypeError:  # an int past 64 bits, a NaN is fine: null
+            pass
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON: say what it is rather than fail the export
+        return repr(value)
+
+
+_orjson: Any
+try:  # orjson (the otel extra) writes JSON several times faster than the standard library
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the standard library's encoder
+    _orjson = None
