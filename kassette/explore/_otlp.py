@@ -82,6 +82,12 @@ def run_spans(
     ids = runs.column("run_id").to_pylist()
     wanted = set(ids)
     traces: dict[str, RunTrace] = {}
+    started = pc.cast(runs.column("started_at"), pa.int64()).to_pylist()
+    columns = [runs.column(name).to_pylist() for name in ("parent_run_id", "fork_offset")]
+    known = {
+        run_id: (parent, offset, ms or 0)
+        for run_id, parent, offset, ms in zip(ids, *columns, started, strict=True)
+    }
     if entries.num_rows:
         if not wanted.issuperset(pc.unique(entries.column("run_id")).to_pylist()):
             entries = entries.filter(pc.is_in(entries.column("run_id"), pa.array(ids, pa.string())))
@@ -95,7 +101,9 @@ def run_spans(
             if trace is None or trace.run_id != run_id:
                 trace = traces.get(run_id)
                 if trace is None:
-                    trace = traces[run_id] = RunTrace(run_id, include_content=include_content)
+                    trace = traces[run_id] = RunTrace(
+                        run_id, include_content=include_content, runs=known
+                    )
             entry = json.loads(value)
             entry["type"], entry["session"], entry["offset"] = kind, session, offset
             trace.add(entry, 0 if ms is None else ms * _NANOS_PER_MS)
@@ -107,13 +115,20 @@ def run_spans(
 def json_batches(
     runs: Iterator[tuple[str, list[dict[str, Any]]]],
     *,
-    runs_per_request: int = RUNS_PER_REQUEST,
-    request_bytes: int = REQUEST_BYTES,
+    runs_per_request: int | None = None,
+    request_bytes: int | None = None,
 ) -> Iterator[tuple[list[str], int, bytes]]:
     """The runs' spans as OTLP/JSON requests (UTF-8, no newline): each `(run ids, number of
-    spans, request)` holding at most `runs_per_request` runs and, unless one span is larger,
-    about `request_bytes` bytes (a run larger than that is split over requests)."""
-    return _batches(runs, _json_chunks, _json_request, runs_per_request, request_bytes)
+    spans, request)` holding at most `runs_per_request` runs (default `RUNS_PER_REQUEST`) and,
+    unless one span is larger, about `request_bytes` bytes (default `REQUEST_BYTES`; a run
+    larger than that is split over requests)."""
+    return _batches(
+        runs,
+        _json_chunks,
+        _json_request,
+        runs_per_request or RUNS_PER_REQUEST,
+        request_bytes or REQUEST_BYTES,
+    )
 
 
 def _json_chunks(spans: list[dict[str, Any]]) -> bytes:

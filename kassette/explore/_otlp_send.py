@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 
 from kassette.errors import InvalidArgumentError, StorageError
+from kassette.explore import _otlp
 from kassette.explore._bar import Progress
 from kassette.explore._otlp import (
-    REQUEST_BYTES,
     RUNS_PER_REQUEST,
     _batches,
     resource_attributes,
@@ -40,6 +40,7 @@ __all__ = ["send_otlp"]
 RETRYABLE = frozenset({429, 502, 503, 504})  # OTLP/HTTP's "retry later" answers
 _BACKOFF = 0.5  # seconds before the first retry without Retry-After; doubled each time
 _BACKOFF_CAP = 30.0
+_sleep: Callable[[float], None] = time.sleep  # the tests' to watch
 
 
 def send_otlp(
@@ -127,7 +128,7 @@ def _requests(
         for start in range(0, runs.num_rows, runs_per_request):
             yield from run_spans(entries, runs.slice(start, runs_per_request), include_content)
 
-    return _batches(spans(), encode, request, runs_per_request, REQUEST_BYTES)
+    return _batches(spans(), encode, request, runs_per_request, _otlp.REQUEST_BYTES)
 
 
 class _Poster:
@@ -137,7 +138,6 @@ class _Poster:
         self.target = target
         self.headers = headers
         self.timeout = timeout
-        self.sleep: Callable[[float], None] = time.sleep
 
     def send(self, body: bytes, batch: str, retries: int, *, resume: str) -> None:
         endpoint = urllib.parse.urlunsplit(self.target)
@@ -147,7 +147,7 @@ class _Poster:
         )
         for attempt in range(retries + 1):
             try:
-                status, reason, answer, wait = self._post(body)
+                status, reason, answer, wait, location = self._post(body)
             except (OSError, http.client.HTTPException) as exc:
                 raise StorageError(
                     f"could not send {batch} to {endpoint}: {_said(exc)}{resume_hint}"
@@ -155,19 +155,17 @@ class _Poster:
             if 200 <= status < 300:
                 return
             if status in RETRYABLE and attempt < retries:
-                self.sleep(wait if wait is not None else min(_BACKOFF * 2**attempt, _BACKOFF_CAP))
+                _sleep(wait if wait is not None else min(_BACKOFF * 2**attempt, _BACKOFF_CAP))
                 continue
-            said = answer[:500].decode("utf-8", "replace")
+            said = answer[:500].decode("utf-8", "replace").strip()
+            said = f"HTTP {status} {reason}" + (f": {said}" if said else "")
             if 300 <= status < 400:
-                said = f"a redirect, not followed for a POST: {said}"
+                said += f" (a redirect to {location}: a POST is not followed)"
             tries = f" after {attempt + 1} attempts" if attempt else ""
-            raise StorageError(
-                f"{endpoint} refused {batch}{tries}: HTTP {status} {reason} {said}".rstrip()
-                + resume_hint
-            )
+            raise StorageError(f"{endpoint} refused {batch}{tries}: {said}{resume_hint}")
 
-    def _post(self, body: bytes) -> tuple[int, str, bytes, float | None]:
-        """Status, reason, body and Retry-After (seconds) of one POST, all within the
+    def _post(self, body: bytes) -> tuple[int, str, bytes, float | None, str | None]:
+        """Status, reason, body, Retry-After (seconds) and Location of one POST, all within the
         deadline: a watchdog shuts the socket when it passes, whatever the server trickles."""
         target = self.target
         kind = (
@@ -195,7 +193,8 @@ class _Poster:
             if expired.is_set():  # the socket was shut under a read that took what came
                 raise TimeoutError(f"no whole answer within the timeout of {self.timeout} s")
             wait = _retry_after(response.getheader("Retry-After"))
-            return response.status, response.reason, answer, wait
+            location = response.getheader("Location")
+            return response.status, response.reason, answer, wait, location
         except (OSError, http.client.HTTPException) as exc:
             if expired.is_set():
                 raise TimeoutError(

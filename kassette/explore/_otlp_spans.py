@@ -143,11 +143,23 @@ class RunTrace:
     spans (exported with the source), so a fork's own `start` (the last one with `source`)
     drops what was built before it and remembers where the copied entries came from, for the
     fork's links. `include_content` adds prompts, answers, results and the run's input.
+
+    A fork taken inside its source's own copied prefix links to the run that wrote that
+    prefix, which its journal does not name: `runs` (run id -> its source run id and fork
+    offset, None for a run that is no fork, and its creation time in ms: the runs known, such
+    as the other runs of an export) lets the links go up to it.
     """
 
-    def __init__(self, run_id: str, *, include_content: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        include_content: bool = False,
+        runs: Mapping[str, tuple[str | None, int | None, int]] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.include_content = include_content
+        self.runs = runs or {}
         self.state = RunState()
         self._created_ms: int | None = None  # the time of the start that created this run
         self._first_ms = 0  # entry 0's, for a journal that has no start
@@ -362,6 +374,15 @@ class RunTrace:
             return []
         writer, offset, kind, session = self._fork_point
         fork_offset = self.state.source.get("fromOffset")
+        seen = {writer.run_id}
+        # a fork point inside the source's own copied prefix: the run above wrote it
+        while (known := self.runs.get(writer.run_id)) is not None:
+            parent, cut, _ = known
+            if parent is None or cut is None or offset >= cut or parent in seen:
+                break
+            seen.add(parent)
+            above = self.runs.get(parent)
+            writer = _Owner(parent, above[2] if above is not None else writer.created_ms)
         trace = trace_id(writer.run_id, writer.created_ms)
         point = (
             span_id(writer.run_id, writer.created_ms, "entry", offset)
@@ -563,7 +584,7 @@ def json_text(value: Any) -> str:
     past 64 bits it cannot), else by the standard library; what is no JSON, as its repr."""
     if _orjson is not None:
         try:
-            return _orjson.dumps(value).decode()
+            return str(_orjson.dumps(value).decode())
         except TypeError:  # an int past 64 bits, a NaN is fine: null
             pass
     try:

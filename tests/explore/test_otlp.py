@@ -405,7 +405,7 @@ def test_send_otlp_names_the_batch_an_endpoint_refuses(
     second = journals.run_ids[4:8]
     message = str(raised.value)
     assert f"batch 2 (runs {second[0]} .. {second[-1]}, 4 runs)" in message
-    assert "HTTP 400 Bad Request bad span" in message
+    assert "HTTP 400 Bad Request: bad span" in message
     assert f"resume_from={second[0]!r}" in message
     assert len(handler.bodies) == 2  # the batches after it are not sent
     with pytest.raises(InvalidArgumentError):
