@@ -74,7 +74,9 @@ class _Emitter:
         self.sessions: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.lock = threading.Lock()
 
-    def entry(self, run_id: str, entry: dict[str, Any]) -> None:
+    def entry(self, run_id: str, entry: dict[str, Any], created: dict[str, Any]) -> None:
+        """Emit what `entry` (just journaled) ends; `created` is the run's creation entry,
+        whose time the span ids hash (docs/otel.md, "Ids")."""
         key = (run_id, int(entry["session"]))
         kind = entry["type"]
         ended = kind in _ENDS_SESSION
@@ -87,11 +89,18 @@ class _Emitter:
         step = kind == "step" and entry.get("kind") != "parallel"
         if not (step or ended):
             return
+        if snapshot[0]["offset"] > created["offset"]:  # the ids need the creation entry
+            snapshot.insert(0, _row(run_id, created))
         for span in _spans(run_id, snapshot, kind, self.include_content):
             attributes = {pair["key"]: _value(pair["value"]) for pair in span["attributes"]}
             offset = attributes.get("kassette.offset")
-            if offset is None:  # the session's span; the run's, with a terminal entry
-                wanted = ended and ("kassette.session" in attributes or kind in _TERMINAL)
+            if offset is None:  # this session's span; the run's, with a terminal entry
+                session = attributes.get("kassette.session", key[1])
+                wanted = (
+                    ended
+                    and session == key[1]
+                    and ("kassette.session" in attributes or kind in _TERMINAL)
+                )
             else:  # a step as it ends; with the session, its parallel blocks and suspends
                 wanted = (step and offset == entry["offset"]) or (
                     ended
@@ -201,7 +210,9 @@ def instrument(tracer_provider: Any = None, *, include_content: bool = False) ->
     def _append(self: Run, kind: str, fields: dict[str, Any], raw: Any = None) -> Any:
         entry = original(self, kind, fields, raw)
         try:
-            _ACTIVE["emitter"].entry(self.run_id, entry)
+            journal = self.journal
+            created = journal.entries[journal.state.creation_offset]
+            _ACTIVE["emitter"].entry(self.run_id, entry, created)
         except Exception:  # a viewer's trouble never fails the workflow
             _log.exception("kassette: could not emit the span of %s", self.run_id)
         return entry
