@@ -205,7 +205,9 @@ def test_ids_name_the_journal_not_only_the_run_id(tmp_path: Path) -> None:
     later = [{**entry, "timestamp": stamp(60 + offset)} for offset, entry in enumerate(simple())]
     write(first, "ticket-1", later)
     recreated = spans_of(parse_line(json.dumps(kx.to_otlp(kx.load(first)))))
-    write(other_store, "ticket-1", [{**e, "timestamp": stamp(5 + o)} for o, e in enumerate(simple())])
+    write(
+        other_store, "ticket-1", [{**e, "timestamp": stamp(5 + o)} for o, e in enumerate(simple())]
+    )
     elsewhere = spans_of(parse_line(json.dumps(kx.to_otlp(kx.load(other_store)))))
     traces = {spans[0].trace_id for spans in (before, recreated, elsewhere)}
     assert len(traces) == 3
@@ -263,7 +265,10 @@ def test_every_fork_link_points_at_an_exported_span(tmp_path: Path) -> None:
     by_ids = {(s.trace_id, s.span_id): s for s in spans}
     for run_id, offset in points.items():
         root = root_of(spans, run_id)
-        assert [attrs(link)["kassette.link"] for link in root.links] == ["fork source", "fork point"]
+        assert [attrs(link)["kassette.link"] for link in root.links] == [
+            "fork source",
+            "fork point",
+        ]
         assert [attrs(link)["kassette.fork.offset"] for link in root.links] == [offset] * 2
         whole, point = (by_ids[link.trace_id, link.span_id] for link in root.links)
         assert attrs(whole)["kassette.run_id"] == attrs(point)["kassette.run_id"] == "source"
@@ -296,9 +301,11 @@ def test_content_gives_chat_messages_and_a_tool_call_only_answer_its_calls(tmp_p
          "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "-3 C"},
     ]  # fmt: skip
-    answer = chat_answer({"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_2", "type": "function",
-         "function": {"name": "clothes", "arguments": "{\"temp\":-3}"}}]}, "tool_calls")  # fmt: skip
+    asked = {"id": "call_2", "type": "function",
+             "function": {"name": "clothes", "arguments": "{\"temp\":-3}"}}  # fmt: skip
+    answer = chat_answer(
+        {"role": "assistant", "content": None, "tool_calls": [asked]}, "tool_calls"
+    )
     anthropic = {"type": "step", "stepId": "claude", "name": "messages.create", "result": {
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
         "content": [{"type": "tool_use", "id": "tu_1", "name": "search", "input": {"q": "x"}}],
@@ -334,9 +341,11 @@ def test_content_gives_chat_messages_and_a_tool_call_only_answer_its_calls(tmp_p
         "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "clothes",
         "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{\"temp\":-3}",
     }  # fmt: skip
-    assert {k: v for k, v in openai.items() if k.startswith("llm.") and "_messages." in k} == expected
+    assert {
+        k: v for k, v in openai.items() if k.startswith("llm.") and "_messages." in k
+    } == expected
     assert json.loads(openai["output.value"]) == {
-        "tool_calls": [{"name": "clothes", "arguments": "{\"temp\":-3}"}]
+        "tool_calls": [{"name": "clothes", "arguments": '{"temp":-3}'}]
     }
     assert json.loads(openai["gen_ai.input.messages"])[2] == {"role": "assistant", "parts": [
         {"type": "tool_call", "id": "call_1", "name": "weather", "arguments": "{\"city\":\"Oslo\"}"}
@@ -353,7 +362,7 @@ def test_content_gives_chat_messages_and_a_tool_call_only_answer_its_calls(tmp_p
     assert claude["llm.input_messages.2.message.tool_calls.0.tool_call.function.name"] == "search"
     assert claude["llm.input_messages.3.message.tool_call_id"] == "tu_0"
     assert claude["llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments"] == (
-        "{\"q\":\"x\"}"
+        '{"q":"x"}'
     )
     without = spans_of(parse_line(json.dumps(kx.to_otlp(kx.load(storage)))))
     assert not any(k.startswith(("llm.input_messages", "gen_ai.input", "output.value", "input."))
@@ -372,7 +381,9 @@ def test_traces_jsonl_is_one_bounded_request_per_line(
     for number in range(40):
         write(storage, f"run-{number:02d}", simple({"n": number}))
     big = [{"type": "start", "metadata": None}]
-    big += [{"type": "step", "stepId": f"s{n}", "name": "s", "result": "x" * 900} for n in range(60)]
+    big += [
+        {"type": "step", "stepId": f"s{n}", "name": "s", "result": "x" * 900} for n in range(60)
+    ]
     write(storage, "run-big", big)
     out = tmp_path / "otlp"
     kx.export(storage, out, format="otlp", progress=False, include_content=True)
@@ -407,7 +418,8 @@ class Keeper(http.server.BaseHTTPRequestHandler):
 def test_send_otlp_posts_the_protobuf_of_the_exported_json(tmp_path: Path) -> None:
     storage = MemoryStorage()
     request = {"model": "gpt-x", "messages": [{"role": "user", "content": "héllo ✓"}],
-               "seed": 2**70, "temperature": float("inf"), "stop": ["a", "b"], "top_k": -1}  # fmt: skip
+               "seed": 2**70, "temperature": float("inf"), "stop": ["a", "b"],
+               "top_k": -1}  # fmt: skip
     answer = chat_answer({"role": "assistant", "content": "ünïcode"})
     write(storage, "a", [{"type": "start", "metadata": {"x": [1, {"y": None}]}},
                          model_step(request, answer), {"type": "error", "error": {

@@ -8,6 +8,7 @@ trickled a byte at a time).
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.server
 import json
@@ -31,10 +32,10 @@ def line(entry: dict[str, Any]) -> bytes:
 
 def simple_run(index: int) -> bytes:
     began = f"2026-01-0{1 + index % 9}T00:00:{index % 60:02d}.000Z"
+    step = {"stepId": "a", "name": "a", "result": index}
     entries = [
         {"type": "start", "session": 1, "offset": 0, "timestamp": began, "metadata": index},
-        {"type": "step", "session": 1, "offset": 1, "timestamp": began, "stepId": "a",
-         "name": "a", "result": index},  # fmt: skip
+        {"type": "step", "session": 1, "offset": 1, "timestamp": began} | step,
         {"type": "complete", "session": 1, "offset": 2, "timestamp": began, "result": index},
     ]
     return b"".join(line(entry) for entry in entries)
@@ -59,7 +60,9 @@ class Scripted(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         self.seen.append((method, self.path, self.rfile.read(length)))
         posts = sum(1 for kind, _, _ in self.seen if kind == "POST")
-        status, headers = self.script[min(posts, len(self.script)) - 1] if method == "POST" else (200, {})
+        status, headers = (
+            self.script[min(posts, len(self.script)) - 1] if method == "POST" else (200, {})
+        )
         body = b"<html>log in</html>" if method == "GET" else b"busy" if status >= 400 else b""
         self.send_response(status)
         for key, value in headers.items():
@@ -79,7 +82,9 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def scripted() -> Iterator[Callable[[list[tuple[int, dict[str, str]]]], tuple[str, type[Scripted]]]]:
+def scripted() -> Iterator[
+    Callable[[list[tuple[int, dict[str, str]]]], tuple[str, type[Scripted]]]
+]:
     servers: list[http.server.ThreadingHTTPServer] = []
 
     def start(script: list[tuple[int, dict[str, str]]]) -> tuple[str, type[Scripted]]:
@@ -108,7 +113,9 @@ def runs_of(body: bytes) -> list[str]:
     found = []
     for span in request.resource_spans[0].scope_spans[0].spans:
         if not span.parent_span_id:
-            (run_id,) = [kv.value.string_value for kv in span.attributes if kv.key == "kassette.run_id"]
+            (run_id,) = [
+                kv.value.string_value for kv in span.attributes if kv.key == "kassette.run_id"
+            ]
             found.append(run_id)
     return found
 
@@ -178,12 +185,9 @@ class RawServer:
                 connection, _ = self.listener.accept()
             except OSError:
                 return
-            with connection:
+            with connection, contextlib.suppress(OSError):  # OSError: the client hung up
                 _read_request(connection)
-                try:
-                    self.answer(connection)
-                except OSError:  # the client hung up: its deadline
-                    pass
+                self.answer(connection)
 
     def close(self) -> None:
         self.listener.close()
@@ -194,7 +198,11 @@ def _read_request(connection: socket.socket) -> None:
     while b"\r\n\r\n" not in data:
         data += connection.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
+    length = next(
+        int(h.split(b":")[1])
+        for h in head.split(b"\r\n")
+        if h.lower().startswith(b"content-length")
+    )
     while len(body) < length:
         body += connection.recv(65536)
 
@@ -203,7 +211,7 @@ def _read_request(connection: socket.socket) -> None:
     "answer",
     [
         b"HTTP/1.1 two hundred\r\n\r\n",  # a malformed status line
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial",  # a 200 cut short
+        b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"partial',  # a 200 cut short
         b"HTTP/1.1 500 Oops\r\nContent-Length: 100\r\n\r\nstack",  # a 500 cut short
         b"garbage\r\n",
     ],
