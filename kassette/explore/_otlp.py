@@ -104,7 +104,7 @@ def run_spans(
                     trace = traces[run_id] = RunTrace(
                         run_id, include_content=include_content, runs=known
                     )
-            entry = json.loads(value)
+            entry = _loads(value)
             entry["type"], entry["session"], entry["offset"] = kind, session, offset
             trace.add(entry, 0 if ms is None else ms * _NANOS_PER_MS)
     for run_id in ids:
@@ -139,12 +139,24 @@ def _json_dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _json_loads(text: str) -> Any:
+    return json.loads(text)
+
+
 try:  # orjson (the otel extra) writes the same JSON about 8x faster; floats may read "1e+16"
     import orjson
 
     _dumps: Callable[[Any], bytes] = orjson.dumps
+
+    def _loads(text: str) -> Any:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:  # an integer past 64 bits, a NaN: what json reads
+            return json.loads(text)
+
 except ImportError:  # pragma: no cover - the standard library's C encoder
     _dumps = _json_dumps
+    _loads = _json_loads
 
 
 def _json_request(chunks: list[bytes]) -> bytes:

@@ -31,7 +31,7 @@ from typing import Any
 
 from kassette.codec import to_json
 from kassette.explore._otlp_messages import model_call_content
-from kassette.model_calls import ModelCall, read_model_call
+from kassette.model_calls import ModelCall, read_model_result
 from kassette.state import RunState, reduce_entry
 from kassette.timestamps import parse_moment
 
@@ -83,8 +83,23 @@ def span_id(run_id: str, created_ms: int, part: str, number: int = 0) -> str:
     """A span's id, in hex: the first 8 bytes of SHA-256 of `"kassette-span\\0" + run_id +
     "\\0" + created_ms + "\\0" + part + "\\0" + number`, where part is `run` (the root span),
     `session` (number: the session) or `entry` (number: the offset)."""
-    key = f"kassette-span\0{run_id}\0{created_ms}\0{part}\0{number}"
-    return hashlib.sha256(key.encode()).digest()[:8].hex()
+    return _SpanIds(run_id, created_ms)(part, number)
+
+
+class _SpanIds:
+    """`span_id` for one run: the hash of the run's part of the key is taken once."""
+
+    def __init__(self, run_id: str, created_ms: int) -> None:
+        self._run = hashlib.sha256(f"kassette-span\0{run_id}\0{created_ms}\0".encode())
+        self._found: dict[tuple[str, int], str] = {}
+
+    def __call__(self, part: str, number: int = 0) -> str:
+        found = self._found.get((part, number))
+        if found is None:
+            hashed = self._run.copy()
+            hashed.update(f"{part}\0{number}".encode())
+            found = self._found[part, number] = hashed.digest()[:8].hex()
+        return found
 
 
 @functools.cache
@@ -271,7 +286,8 @@ class RunTrace:
         }
         if entry.get("edited") is True:
             attributes["kassette.edited"] = True
-        event = _text(entry.get("event")) or (_text(entry.get("name")) if kind != "step" else None)
+        if kind != "step":
+            event = _text(entry.get("event")) or _text(entry.get("name"))
         if kind == "suspend":
             span.name = f"suspend {event or step_id}"
             span.status = STATUS_UNSET  # a wait is not done until its resume
@@ -333,11 +349,11 @@ class RunTrace:
         for session in self._sessions.values():
             root.start = min(root.start, session.start)
             root.end = max(root.end, session.end)
-        me = _Owner(self.run_id, self.created_ms)
-        trace = trace_id(me.run_id, me.created_ms)
-        found = [_json_span(me, trace, root, self._links())]
-        found += [_json_span(me, trace, span, []) for span in self._sessions.values()]
-        found += [_json_span(me, trace, span, []) for span in self._spans.values()]
+        ids = _SpanIds(self.run_id, self.created_ms)
+        trace = trace_id(self.run_id, self.created_ms)
+        found = [_json_span(ids, trace, root, self._links())]
+        found += [_json_span(ids, trace, span, []) for span in self._sessions.values()]
+        found += [_json_span(ids, trace, span, []) for span in self._spans.values()]
         return found
 
     def _run_attributes(self) -> dict[str, Any]:
@@ -423,7 +439,7 @@ def _text(value: Any) -> str | None:
 
 def _model_call_or_step(span: _Span, entry: Mapping[str, Any], include_content: bool) -> None:
     """A step's model-call attributes, or its result as content."""
-    call = read_model_call({**entry, "type": "step"})
+    call = read_model_result(entry.get("result"), entry.get("call"))  # a plain step's
     if call is not None:
         _model_call(span, call, include_content)
     elif include_content:
@@ -510,15 +526,12 @@ def _exception(at: int, error: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _json_span(
-    owner: _Owner, trace: str, span: _Span, links: list[dict[str, Any]]
+    ids: _SpanIds, trace: str, span: _Span, links: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A span as OTLP/JSON, with the fields protobuf's JSON mapping writes (defaults left out)."""
-    found: dict[str, Any] = {
-        "traceId": trace,
-        "spanId": span_id(owner.run_id, owner.created_ms, span.part, span.number),
-    }
+    found: dict[str, Any] = {"traceId": trace, "spanId": ids(span.part, span.number)}
     if span.parent is not None:
-        found["parentSpanId"] = span_id(owner.run_id, owner.created_ms, *span.parent)
+        found["parentSpanId"] = ids(*span.parent)
     found["name"] = span.name
     found["kind"] = span.kind
     found["startTimeUnixNano"] = str(span.start)
@@ -539,18 +552,19 @@ def _json_span(
 
 def key_values(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Attributes as OTLP/JSON `KeyValue`s (None values left out)."""
-    simple = _SIMPLE
-    return [
-        {"key": key, "value": {simple[type(value)]: value}}
-        if type(value) in simple
-        else {"key": key, "value": any_value(value)}
-        for key, value in attributes.items()
-        if value is not None
-    ]
+    found = []
+    for key, value in attributes.items():  # the common types first: a span has a dozen
+        kind = type(value)
+        if kind is str:
+            found.append({"key": key, "value": {"stringValue": value}})
+        elif kind is int and _INT64_MIN <= value <= _INT64_MAX:
+            found.append({"key": key, "value": {"intValue": str(value)}})
+        elif value is not None:
+            found.append({"key": key, "value": any_value(value)})
+    return found
 
 
-# the types whose AnyValue is the value itself (an int is text in OTLP/JSON: not here)
-_SIMPLE = {str: "stringValue", bool: "boolValue"}
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def any_value(value: Any) -> dict[str, Any]:
