@@ -366,7 +366,7 @@ def export(
     def decoded() -> Iterator[tuple[pa.Table, pa.Table]]:
         nonlocal entries
         for batch in read_batches(storage, wanted, skipped=lambda _: bar.advance(1)):
-            for entry_table, run_table in _readable(batch, corrupt):
+            for entry_table, run_table in _readable(batch, corrupt, totals=format != "otlp"):
                 runs.append(run_table)
                 entries += entry_table.num_rows
                 yield entry_table, run_table
@@ -418,13 +418,13 @@ def _sink(
 
 
 def _readable(
-    batch: Batch, corrupt: list[JournalCorruptionError] | None
+    batch: Batch, corrupt: list[JournalCorruptionError] | None, *, totals: bool = True
 ) -> list[tuple[pa.Table, pa.Table]]:
     """`decode(batch)`; when `corrupt` is a list, the tables of the readable runs only, the
     errors of the others appended to it (the batch is halved until each corrupt run is alone).
     """
     try:
-        return [decode(batch)]
+        return [decode(batch, totals=totals)]
     except JournalCorruptionError as error:
         if corrupt is None:
             raise
@@ -432,7 +432,7 @@ def _readable(
             corrupt.append(error)
             return []
         first, second = batch.split()
-        return _readable(first, corrupt) + _readable(second, corrupt)
+        return _readable(first, corrupt, totals=totals) + _readable(second, corrupt, totals=totals)
 
 
 def _clear(directory: Path, format: Format, overwrite: bool) -> None:
