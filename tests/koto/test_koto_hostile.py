@@ -256,7 +256,9 @@ def test_section3_one_atomic_write_one_variable_pattern_one_error_conversion() -
     assert patterns == ["_gates.py"], patterns
     validators = [name for name, text in texts.items() if "def validate_name" in text]
     assert validators == ["_names.py"]
-    assert "_translate" not in texts["_session.py"] and "_infrastructure" not in texts["_session.py"]
+    assert (
+        "_translate" not in texts["_session.py"] and "_infrastructure" not in texts["_session.py"]
+    )
 
 
 @pytest.mark.parametrize(
