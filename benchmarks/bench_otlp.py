@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 
 from kassette import LocalStorage
 from kassette import explore as kx
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 TARGET = 3.0
 SPANS_PER_SECOND = 20_000

@@ -32,6 +32,7 @@ __all__ = [
     "RUNS_PER_REQUEST",
     "TRACES_FILE",
     "OtlpSink",
+    "batches",
     "json_batches",
     "resource_attributes",
     "run_spans",
@@ -122,13 +123,7 @@ def json_batches(
     spans, request)` holding at most `runs_per_request` runs (default `RUNS_PER_REQUEST`) and,
     unless one span is larger, about `request_bytes` bytes (default `REQUEST_BYTES`; a run
     larger than that is split over requests)."""
-    return _batches(
-        runs,
-        _json_chunks,
-        _json_request,
-        runs_per_request or RUNS_PER_REQUEST,
-        request_bytes or REQUEST_BYTES,
-    )
+    return batches(runs, _json_chunks, _json_request, runs_per_request, request_bytes)
 
 
 def _json_chunks(spans: list[dict[str, Any]]) -> bytes:
@@ -166,14 +161,20 @@ def _json_request(chunks: list[bytes]) -> bytes:
     return head.encode() + b",".join(chunks) + b"]}]}]}"
 
 
-def _batches(
+def batches(
     runs: Iterator[tuple[str, list[dict[str, Any]]]],
     encode: Callable[[list[dict[str, Any]]], bytes],
     request: Callable[[list[bytes]], bytes],
-    runs_per_request: int,
-    request_bytes: int,
+    runs_per_request: int | None = None,
+    request_bytes: int | None = None,
 ) -> Iterator[tuple[list[str], int, bytes]]:
-    """Requests of whole runs' encoded spans, bounded in runs and in bytes."""
+    """Requests of the runs' spans, each `(run ids, number of spans, request)`: `encode`
+    gives a run's spans as bytes, `request` the request of such chunks. At most
+    `runs_per_request` runs (default `RUNS_PER_REQUEST`) and, unless one span is larger, about
+    `request_bytes` bytes (default `REQUEST_BYTES`) a request; a run larger than that is split
+    over requests, span by span."""
+    runs_per_request = runs_per_request or RUNS_PER_REQUEST
+    request_bytes = request_bytes or REQUEST_BYTES
     ids: list[str] = []
     chunks: list[bytes] = []
     size = spans = 0

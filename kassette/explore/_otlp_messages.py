@@ -11,7 +11,7 @@ Two vocabularies, both written (docs/otel.md, "Content"):
 
 A message here is `{"role", "content", "tool_calls": [{"id", "name", "arguments"}],
 "tool_call_id"}`, read from an OpenAI chat or Responses request or an Anthropic Messages
-request; the answer is the response's text and tool calls (`kassette.model_calls`).
+request; the answer is the response's text and tool calls (`kassette._llm_calls`).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from kassette.model_calls import ModelCall
+from kassette._llm_calls import LLMCall
 
 __all__ = ["input_messages", "model_call_content"]
 
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
 
-def model_call_content(call: ModelCall) -> dict[str, Any]:
+def model_call_content(call: LLMCall) -> dict[str, Any]:
     """The attributes of a model call's conversation and answer (with content only): the
     messages in both vocabularies, and `output.value` (the answer's text, or its tool calls as
     JSON when it has no text)."""

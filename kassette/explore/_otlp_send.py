@@ -24,14 +24,8 @@ from typing import Any
 import pyarrow as pa
 
 from kassette.errors import InvalidArgumentError, StorageError
-from kassette.explore import _otlp
 from kassette.explore._bar import Progress
-from kassette.explore._otlp import (
-    RUNS_PER_REQUEST,
-    _batches,
-    resource_attributes,
-    run_spans,
-)
+from kassette.explore._otlp import RUNS_PER_REQUEST, batches, resource_attributes, run_spans
 from kassette.explore._otlp_proto import request_bytes, span_field
 from kassette.explore._otlp_spans import SCOPE, version
 
@@ -128,7 +122,7 @@ def _requests(
         for start in range(0, runs.num_rows, runs_per_request):
             yield from run_spans(entries, runs.slice(start, runs_per_request), include_content)
 
-    return _batches(spans(), encode, request, runs_per_request, _otlp.REQUEST_BYTES)
+    return batches(spans(), encode, request, runs_per_request)
 
 
 class _Poster:

@@ -29,11 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kassette.codec import to_json
+from kassette._codec import parse_moment, to_json
+from kassette._llm_calls import LLMCall, read_llm_result
+from kassette._state import RunState, reduce_entry
 from kassette.explore._otlp_messages import model_call_content
-from kassette.model_calls import ModelCall, read_model_result
-from kassette.state import RunState, reduce_entry
-from kassette.timestamps import parse_moment
 
 __all__ = [
     "SCOPE",
@@ -439,14 +438,14 @@ def _text(value: Any) -> str | None:
 
 def _model_call_or_step(span: _Span, entry: Mapping[str, Any], include_content: bool) -> None:
     """A step's model-call attributes, or its result as content."""
-    call = read_model_result(entry.get("result"), entry.get("call"))  # a plain step's
+    call = read_llm_result(entry.get("result"), entry.get("call"))  # a plain step's
     if call is not None:
         _model_call(span, call, include_content)
     elif include_content:
         span.attributes.update(_content("output", entry.get("result")))
 
 
-def _model_call(span: _Span, call: ModelCall, include_content: bool) -> None:
+def _model_call(span: _Span, call: LLMCall, include_content: bool) -> None:
     """GenAI semantic conventions and OpenInference attributes on a model call's span.
 
     A response that cannot be read (one bad entry) leaves out what it would have given (the
@@ -484,7 +483,7 @@ def _model_call(span: _Span, call: ModelCall, include_content: bool) -> None:
 
 
 def _response_attributes(
-    call: ModelCall, requested: str | None, include_content: bool
+    call: LLMCall, requested: str | None, include_content: bool
 ) -> dict[str, Any]:
     """What the response of a model call says: model, id, tokens, finish reason, answer."""
     finish = call.finish_reason  # reads the response once: the usage comes with it

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from kassette.codec import to_json
-from kassette.core import Run
+from kassette._codec import to_json
+from kassette.core import Listener, add_listener, remove_listener
 from kassette.errors import InvalidArgumentError
 
 _HINT = 'kassette.integrations.otel needs the OpenTelemetry SDK: pip install "kassette[otel]"'
@@ -55,9 +55,10 @@ _ENDS_SESSION = frozenset({"complete", "error", "cancel", "suspend"})
 _TERMINAL = frozenset({"complete", "error", "cancel"})
 _STATUS = {1: StatusCode.OK, 2: StatusCode.ERROR}
 _KIND = {3: SpanKind.CLIENT}
+_CREATED = 10_000
 
 
-class _Emitter:
+class _Emitter(Listener):
     """The rows of each open session of this process, and where their spans go."""
 
     def __init__(self, provider: TracerProvider, include_content: bool) -> None:
@@ -72,25 +73,51 @@ class _Emitter:
             provider.id_generator = kept
         self.include_content = include_content
         self.sessions: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        # run id -> the row of the entry that created the run, whose time the span ids hash
+        # (docs/otel.md, "Ids"), for the later sessions of runs created in this process; at
+        # most _CREATED runs, dropped when the run ends
+        self.created: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
 
-    def entry(self, run_id: str, entry: dict[str, Any], created: dict[str, Any]) -> None:
-        """Emit what `entry` (just journaled) ends; `created` is the run's creation entry,
-        whose time the span ids hash (docs/otel.md, "Ids")."""
+    def appended(self, run_id: str, entry: Mapping[str, Any]) -> None:
+        try:
+            self.entry(run_id, entry)
+        except Exception:  # a viewer's trouble never fails the workflow
+            _log.exception("kassette: could not emit the span of %s", run_id)
+
+    def closed(self, run_id: str, session: int) -> None:
+        with self.lock:  # a session that ended without a final entry (a crash, a fence)
+            self.sessions.pop((run_id, session), None)
+
+    def entry(self, run_id: str, entry: Mapping[str, Any]) -> None:
         key = (run_id, int(entry["session"]))
         kind = entry["type"]
         ended = kind in _ENDS_SESSION
+        step = kind == "step" and entry.get("kind") != "parallel"
+        row = _row(run_id, entry)
+        creates = kind == "start" and (
+            entry["offset"] == 0 or isinstance(entry.get("source"), dict)
+        )
         with self.lock:
+            if creates:
+                self.created[run_id] = row
+                if len(self.created) > _CREATED:
+                    del self.created[next(iter(self.created))]
+            created = self.created.get(run_id)
+            if kind in _TERMINAL:
+                self.created.pop(run_id, None)
             rows = self.sessions.setdefault(key, [])
-            rows.append(_row(run_id, entry))
+            if not step:
+                rows.append(row)  # what the session's own spans need when it ends
             if ended:
                 del self.sessions[key]
-            snapshot = list(rows)
-        step = kind == "step" and entry.get("kind") != "parallel"
+            # a step's span needs its session's start and the blocks it may sit in, not every
+            # step before it: linear in the steps
+            snapshot = list(rows) if ended else [*rows, row]
         if not (step or ended):
             return
-        if snapshot[0]["offset"] > created["offset"]:  # the ids need the creation entry
-            snapshot.insert(0, _row(run_id, created))
+        if created is not None and snapshot[0]["offset"] > created["offset"]:
+            snapshot.insert(0, created)  # the ids need it; its session's span is not emitted
         for span in _spans(run_id, snapshot, kind, self.include_content):
             attributes = {pair["key"]: _value(pair["value"]) for pair in span["attributes"]}
             offset = attributes.get("kassette.offset")
@@ -190,7 +217,7 @@ def _spans(
     return list(found["resourceSpans"][0]["scopeSpans"][0].get("spans", []))
 
 
-_ACTIVE: dict[str, Any] = {}
+_ACTIVE: dict[str, _Emitter] = {}
 
 
 def instrument(tracer_provider: Any = None, *, include_content: bool = False) -> None:
@@ -202,34 +229,19 @@ def instrument(tracer_provider: Any = None, *, include_content: bool = False) ->
             "instrument needs an OpenTelemetry SDK TracerProvider (opentelemetry.sdk.trace), "
             f"not {provider!r}: set one with trace.set_tracer_provider or pass it"
         )
-    emitter = _Emitter(provider, include_content)
-    if "original" not in _ACTIVE:
-        _ACTIVE["original"] = Run._append
-    original = _ACTIVE["original"]
-
-    def _append(self: Run, kind: str, fields: dict[str, Any], raw: Any = None) -> Any:
-        entry = original(self, kind, fields, raw)
-        try:
-            journal = self.journal
-            created = journal.entries[journal.state.creation_offset]
-            _ACTIVE["emitter"].entry(self.run_id, entry, created)
-        except Exception:  # a viewer's trouble never fails the workflow
-            _log.exception("kassette: could not emit the span of %s", self.run_id)
-        return entry
-
-    _ACTIVE["emitter"] = emitter
-    Run._append = _append  # type: ignore[method-assign]
+    uninstrument()
+    _ACTIVE["emitter"] = emitter = _Emitter(provider, include_content)
+    add_listener(emitter)
 
 
 def uninstrument() -> None:
     """Stop emitting spans (runs already open stop too)."""
-    original = _ACTIVE.pop("original", None)
-    _ACTIVE.pop("emitter", None)
-    if original is not None:
-        Run._append = original  # type: ignore[method-assign]
+    emitter = _ACTIVE.pop("emitter", None)
+    if emitter is not None:
+        remove_listener(emitter)
 
 
-def _row(run_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _row(run_id: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """An entry as a row of `Journals.entries` (what the OTLP mapping reads)."""
     kind = entry["type"]
     step_id = entry.get("stepId") or entry.get("eventId")

@@ -133,7 +133,7 @@ def test_a_parameter_past_64_bits_exports_as_its_digits(tmp_path: Path) -> None:
 def test_the_cli_reports_an_unexpected_failure_as_one_json_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kassette import cli
+    from kassette import _cli as cli
 
     storage = LocalStorage(tmp_path / "store")
     write(storage, "plain", simple())
