@@ -502,6 +502,8 @@ def _run(argv: Sequence[str] | None) -> int:
     except ImportError as exc:  # export without the explore extra
         _report(exc, sys.stderr)
         return EXIT_USAGE
+    except OutputError:  # main's to report: stdout is gone
+        raise
     except Exception as exc:  # what no reader expected: one JSON line all the same, no traceback
         _report(exc, sys.stderr)
         return EXIT_ERROR
