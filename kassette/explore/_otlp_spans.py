@@ -12,10 +12,11 @@ block, the steps of a parallel branch under their block. Model-call steps carry 
 semantic conventions and the OpenInference attributes Phoenix reads; kassette's own facts sit
 under `kassette.`.
 
-Ids are hashes of what identifies the journal, never random: the run id and the time of the
-entry that created the run (its first `start`, or a fork's own `start`), in whole
-milliseconds. Exporting the same journal twice gives the same ids; a run deleted and created
-again, or the same run id in another store, gives other ids.
+The attributes of a model call are `_otlp_calls`'s. Ids are hashes of what identifies the
+journal, never random: the run id and the time of the entry that created the run (its first
+`start`, or a fork's own `start`), in whole milliseconds. Exporting the same journal twice gives
+the same ids; a run deleted and created again, or the same run id in another store, gives other
+ids.
 """
 
 from __future__ import annotations
@@ -23,22 +24,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kassette._codec import parse_moment, to_json
-from kassette._llm_calls import LLMCall, read_llm_result
+from kassette._llm_calls import read_llm_result
 from kassette._state import RunState, reduce_entry
-from kassette.explore._otlp_messages import model_call_content
+from kassette.explore._otlp_calls import content, json_text, model_call_attributes
 
 __all__ = [
     "SCOPE",
     "RunTrace",
     "any_value",
-    "json_text",
     "key_values",
     "nanos",
     "span_id",
@@ -51,23 +50,6 @@ KIND_INTERNAL, KIND_CLIENT = 1, 3
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
 _RUN_STATUS = {"completed": STATUS_OK, "failed": STATUS_ERROR}
 _INT64 = range(-(2**63), 2**63)
-# request parameters, as GenAI attribute names (several providers' words for one)
-_REQUEST_PARAMETERS = {
-    "temperature": "gen_ai.request.temperature",
-    "top_p": "gen_ai.request.top_p",
-    "top_k": "gen_ai.request.top_k",
-    "max_tokens": "gen_ai.request.max_tokens",
-    "max_completion_tokens": "gen_ai.request.max_tokens",
-    "max_output_tokens": "gen_ai.request.max_tokens",
-    "frequency_penalty": "gen_ai.request.frequency_penalty",
-    "presence_penalty": "gen_ai.request.presence_penalty",
-    "seed": "gen_ai.request.seed",
-    "n": "gen_ai.request.choice.count",
-    "stop": "gen_ai.request.stop_sequences",
-    "stop_sequences": "gen_ai.request.stop_sequences",
-}
-# what a request holds besides its parameters: the conversation, exported only with content
-_CONTENT_FIELDS = frozenset({"messages", "input", "system", "tools", "instructions"})
 
 
 def trace_id(run_id: str, created_ms: int) -> str:
@@ -297,7 +279,7 @@ class RunTrace:
         if kind == "resume":  # a fork's edited resume, whose suspend was copied
             span.name = f"resume {event or step_id}"
             if self.include_content:
-                attributes.update(_content("output", entry.get("value")))
+                attributes.update(content("output", entry.get("value")))
             return span
         step_kind = _text(entry.get("kind")) or "step"
         attributes["kassette.kind"] = step_kind
@@ -312,7 +294,13 @@ class RunTrace:
         elif step_kind == "parallel":
             self._blocks[step_id] = span
         else:
-            _model_call_or_step(span, entry, self.include_content)
+            call = read_llm_result(result, entry.get("call"))  # a plain step's
+            if call is not None:
+                span.kind = KIND_CLIENT
+                span.name, found = model_call_attributes(call, self.include_content)
+                attributes.update(found)
+            elif self.include_content:
+                attributes.update(content("output", result))
         return span
 
     def _block_of(self, step_id: str) -> tuple[str, int] | None:
@@ -376,9 +364,9 @@ class RunTrace:
             }
         if self.include_content:
             if state.created_offset is not None:
-                found |= _content("input", state.input)
+                found |= content("input", state.input)
             if state.status == "completed":
-                found |= _content("output", state.result)
+                found |= content("output", state.result)
         return {key: value for key, value in found.items() if value is not None}
 
     def _links(self) -> list[dict[str, Any]]:
@@ -434,84 +422,6 @@ def _step_id(entry: Mapping[str, Any]) -> str:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _model_call_or_step(span: _Span, entry: Mapping[str, Any], include_content: bool) -> None:
-    """A step's model-call attributes, or its result as content."""
-    call = read_llm_result(entry.get("result"), entry.get("call"))  # a plain step's
-    if call is not None:
-        _model_call(span, call, include_content)
-    elif include_content:
-        span.attributes.update(_content("output", entry.get("result")))
-
-
-def _model_call(span: _Span, call: LLMCall, include_content: bool) -> None:
-    """GenAI semantic conventions and OpenInference attributes on a model call's span.
-
-    A response that cannot be read (one bad entry) leaves out what it would have given (the
-    answering model, tokens, finish reason, answer), with `kassette.unreadable` saying why:
-    one entry never breaks the export of a store."""
-    request = call.request or {}
-    span.kind = KIND_CLIENT
-    found: dict[str, Any] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": call.provider,
-        "kassette.model_call.method": call.method,
-        "openinference.span.kind": "LLM",
-        "llm.provider": call.provider,
-        "llm.system": call.provider,
-    }
-    requested = request.get("model") if isinstance(request.get("model"), str) else None
-    try:
-        found |= _response_attributes(call, requested, include_content)
-        requested = requested or call.model
-    except Exception as exc:  # any reader's failure on a hostile response
-        found["kassette.unreadable"] = f"the model call's response could not be read: {exc!r}"
-    span.name = f"chat {requested}" if requested else "chat"
-    found["gen_ai.request.model"] = requested
-    for key, name in _REQUEST_PARAMETERS.items():
-        if key in request and request[key] is not None:
-            value = request[key]
-            listed = name.endswith("stop_sequences") and isinstance(value, str)
-            found[name] = [value] if listed else value
-    parameters = {key: value for key, value in request.items() if key not in _CONTENT_FIELDS}
-    found["llm.invocation_parameters"] = json_text(parameters)
-    if include_content:
-        conversation = {key: value for key, value in request.items() if key in _CONTENT_FIELDS}
-        found |= _content("input", conversation)
-    span.attributes.update({key: value for key, value in found.items() if value is not None})
-
-
-def _response_attributes(
-    call: LLMCall, requested: str | None, include_content: bool
-) -> dict[str, Any]:
-    """What the response of a model call says: model, id, tokens, finish reason, answer."""
-    finish = call.finish_reason  # reads the response once: the usage comes with it
-    usage = call.usage
-    found: dict[str, Any] = {
-        "gen_ai.response.model": call.model,
-        "gen_ai.usage.input_tokens": usage.input_tokens,
-        "gen_ai.usage.output_tokens": usage.output_tokens,
-        "llm.model_name": call.model or requested,
-        "llm.token_count.prompt": usage.input_tokens,
-        "llm.token_count.completion": usage.output_tokens,
-        "llm.token_count.total": usage.total_tokens,
-    }
-    if isinstance(call.result, dict) and isinstance(call.result.get("id"), str):
-        found["gen_ai.response.id"] = call.result["id"]
-    if finish is not None:
-        found["gen_ai.response.finish_reasons"] = [finish]
-    if include_content:
-        found |= model_call_content(call)
-    return found
-
-
-def _content(direction: str, value: Any) -> dict[str, Any]:
-    """`input.value` / `output.value` (OpenInference) holding a JSON value (or JSON text)."""
-    if value is None:
-        return {}
-    text = value if isinstance(value, str) else json_text(value)
-    return {f"{direction}.value": text, f"{direction}.mime_type": "application/json"}
 
 
 def _exception(at: int, error: Mapping[str, Any]) -> dict[str, Any]:
@@ -590,24 +500,3 @@ def any_value(value: Any) -> dict[str, Any]:
         ]
         return {"arrayValue": {"values": items}}
     return {"stringValue": json_text(value)}
-
-
-def json_text(value: Any) -> str:
-    """A JSON value as compact text (an attribute's value): by orjson when it can (an int
-    past 64 bits it cannot), else by the standard library; what is no JSON, as its repr."""
-    if _orjson is not None:
-        try:
-            return str(_orjson.dumps(value).decode())
-        except TypeError:  # an int past 64 bits, a NaN is fine: null
-            pass
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):  # not JSON: say what it is rather than fail the export
-        return repr(value)
-
-
-_orjson: Any
-try:  # orjson (the otel extra) writes JSON several times faster than the standard library
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the standard library's encoder
-    _orjson = None
