@@ -78,39 +78,58 @@ def _request(spans: list[dict[str, Any]]) -> dict[str, Any]:
 def run_spans(
     entries: pa.Table, runs: pa.Table, include_content: bool
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Each run of `runs` (in its order) with its spans as OTLP/JSON, from the entries of
-    `entries` (`Journals.entries`' columns; a run's entries in offset order)."""
+    """Each run of `runs` that has entries in `entries` (`Journals.entries`' columns), in the
+    order of `runs`, with its spans as OTLP/JSON, one run at a time: a run's spans are given as
+    soon as its entries are read and `_ROWS` entries are in Python at a time, so memory holds
+    one run's spans, not the batch's."""
     ids = runs.column("run_id").to_pylist()
-    wanted = set(ids)
-    traces: dict[str, RunTrace] = {}
     started = pc.cast(runs.column("started_at"), pa.int64()).to_pylist()
     columns = [runs.column(name).to_pylist() for name in ("parent_run_id", "fork_offset")]
     known = {
         run_id: (parent, offset, ms or 0)
         for run_id, parent, offset, ms in zip(ids, *columns, started, strict=True)
     }
-    if entries.num_rows:
-        if not wanted.issuperset(pc.unique(entries.column("run_id")).to_pylist()):
-            entries = entries.filter(pc.is_in(entries.column("run_id"), pa.array(ids, pa.string())))
-        moments = pc.cast(entries.column("timestamp"), pa.int64()).to_pylist()
-        columns = [
-            entries.column(name).to_pylist()
-            for name in ("run_id", "type", "session", "offset", "value")
-        ]
-        trace: RunTrace | None = None
+    if not entries.num_rows:
+        return
+    if not set(ids).issuperset(pc.unique(entries.column("run_id")).to_pylist()):
+        entries = entries.filter(pc.is_in(entries.column("run_id"), pa.array(ids, pa.string())))
+    entries = _in_order(entries, ids)
+    trace: RunTrace | None = None
+    for start in range(0, entries.num_rows, _ROWS):
+        rows = entries.slice(start, _ROWS)
+        moments = pc.cast(rows.column("timestamp"), pa.int64()).to_pylist()
+        names = ("run_id", "type", "session", "offset", "value")
+        columns = [rows.column(name).to_pylist() for name in names]
         for run_id, kind, session, offset, value, ms in zip(*columns, moments, strict=True):
             if trace is None or trace.run_id != run_id:
-                trace = traces.get(run_id)
-                if trace is None:
-                    trace = traces[run_id] = RunTrace(
-                        run_id, include_content=include_content, runs=known
-                    )
+                if trace is not None:
+                    yield trace.run_id, trace.spans()
+                trace = RunTrace(run_id, include_content=include_content, runs=known)
             entry = _loads(value)
             entry["type"], entry["session"], entry["offset"] = kind, session, offset
             trace.add(entry, 0 if ms is None else ms * _NANOS_PER_MS)
-    for run_id in ids:
-        found = traces.pop(run_id, None)
-        yield run_id, (found.spans() if found is not None else [])
+    if trace is not None:
+        yield trace.run_id, trace.spans()
+
+
+_ROWS = 8192
+
+
+def _in_order(entries: pa.Table, ids: list[str]) -> pa.Table:
+    """`entries` with each run's entries together, in offset order, the runs in the order of
+    `ids` (sorted only when they are not: a decoded batch is)."""
+    position = pc.index_in(entries.column("run_id"), value_set=pa.array(ids, pa.string()))
+    offsets, count = entries.column("offset"), entries.num_rows
+    if count < 2:
+        return entries
+    after, before = position.slice(1), position.slice(0, count - 1)
+    rising = pc.greater(offsets.slice(1), offsets.slice(0, count - 1))
+    ordered = pc.or_(pc.greater(after, before), pc.and_(pc.equal(after, before), rising))
+    if pc.all(ordered).as_py():
+        return entries
+    keyed = entries.append_column("_position", position)
+    keyed = keyed.sort_by([("_position", "ascending"), ("offset", "ascending")])
+    return keyed.drop_columns(["_position"])
 
 
 def json_batches(

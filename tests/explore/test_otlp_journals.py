@@ -445,3 +445,17 @@ def test_send_otlp_posts_the_protobuf_of_the_exported_json(tmp_path: Path) -> No
         assert request_message.resource_spans[0].scope_spans[0].scope == (
             whole.resource_spans[0].scope_spans[0].scope
         )
+
+
+def test_entries_in_any_order_give_the_same_spans_in_the_runs_order(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    write(storage, "source", source_entries())
+    write(storage, "fork", forked(source_entries(), "source", 2, 3, 100))
+    write(storage, "plain", simple())
+    journals = kx.load(storage)
+    entries, runs = journals.to_arrow("entries"), journals.to_arrow("runs")
+    shuffled = entries.take(list(range(entries.num_rows))[::-1])  # runs and offsets reversed
+    expected = kx.to_otlp(journals)
+    assert kx.to_otlp(kx.Journals(shuffled, runs)) == expected
+    roots = [s for s in spans_of(parse_line(json.dumps(expected))) if not s.parent_span_id]
+    assert [attrs(root)["kassette.run_id"] for root in roots] == runs.column("run_id").to_pylist()
