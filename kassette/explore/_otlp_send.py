@@ -34,6 +34,7 @@ __all__ = ["send_otlp"]
 RETRYABLE = frozenset({429, 502, 503, 504})  # OTLP/HTTP's "retry later" answers
 _BACKOFF = 0.5  # seconds before the first retry without Retry-After; doubled each time
 _BACKOFF_CAP = 30.0
+_RETRY_AFTER_CAP = 300.0  # an endpoint asking for longer is waited for this long, then asked again
 _sleep: Callable[[float], None] = time.sleep  # the tests' to watch
 
 
@@ -201,18 +202,18 @@ class _Poster:
 
 
 def _retry_after(value: str | None) -> float | None:
-    """`Retry-After` in seconds: a number of seconds or an HTTP date (None if absent)."""
+    """`Retry-After` in seconds: a number of seconds or an HTTP date (None if absent or
+    unreadable), at most `_RETRY_AFTER_CAP`."""
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, min(moment.timestamp() - time.time(), _BACKOFF_CAP * 10))
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return max(0.0, min(seconds, _RETRY_AFTER_CAP)) if seconds == seconds else None
 
 
 def _said(exc: BaseException) -> str:
