@@ -460,20 +460,36 @@ def _json_span(
 
 
 def key_values(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Attributes as OTLP/JSON `KeyValue`s (None values left out)."""
+    """Attributes as OTLP/JSON `KeyValue`s (None values left out).
+
+    Most attributes repeat from span to span (a run id, a step kind, a model name): the
+    `KeyValue` of a short text is made once and shared (`_PAIRS`), never to be modified."""
     found = []
+    pairs = _PAIRS
     for key, value in attributes.items():  # the common types first: a span has a dozen
         kind = type(value)
         if kind is str:
-            found.append({"key": key, "value": {"stringValue": value}})
+            pair = pairs.get((key, value))
+            if pair is None:
+                pair = {"key": key, "value": {"stringValue": value}}
+                if len(value) <= _SHARED_TEXT:
+                    if len(pairs) >= _SHARED_PAIRS:  # a bound, not an LRU: cheap and enough
+                        pairs.clear()
+                    pairs[key, value] = pair
+            found.append(pair)
         elif kind is int and _INT64_MIN <= value <= _INT64_MAX:
             found.append({"key": key, "value": {"intValue": str(value)}})
+        elif kind is float and math.isfinite(value):
+            found.append({"key": key, "value": {"doubleValue": value}})
         elif value is not None:
             found.append({"key": key, "value": any_value(value)})
     return found
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_PAIRS: dict[tuple[str, str], dict[str, Any]] = {}
+_SHARED_TEXT = 200  # characters: a longer text is content, seldom repeated
+_SHARED_PAIRS = 65_536
 
 
 def any_value(value: Any) -> dict[str, Any]:
