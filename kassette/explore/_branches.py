@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from kassette.codec import check_json
+from kassette.codec import Entry, check_json
 from kassette.core import read_journal
 from kassette.engine import RunResult
 from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
@@ -49,6 +49,7 @@ from kassette.workflow import AsyncWorkflow, Workflow
 
 if TYPE_CHECKING:
     from kassette.explore._frames import Journals
+    from kassette.journal import Journal
 
 __all__ = ["Branches", "FanOutInterrupted", "fan_out"]
 
@@ -427,7 +428,7 @@ def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
     refused, before anything runs."""
     from kassette.storage import validate_run_id
 
-    source_params: dict[str, Any] | None = None
+    source: Journal | None = None
     for branch in branches:
         validate_run_id(branch.run_id)
         try:
@@ -446,10 +447,10 @@ def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
                 f"{branch.source} at offset {branch.offset}: pass another prefix",
                 run_id=branch.run_id,
             )
-        if source_params is None:
-            source_params = _params_of(branch.workflow.storage, branch.source)
-        found = _difference(journal, source_params, branch.workflow.version)
-        wanted = _difference_of(branch, kind, source_params)
+        if source is None:
+            source = read_journal(branch.workflow.storage, branch.source)
+        found = _difference(journal, source)
+        wanted = _difference_of(branch, source)
         if found != wanted:
             free = _free_prefix(branch.workflow.storage, f"{base}.{kind}")
             raise InvalidArgumentError(
@@ -462,28 +463,40 @@ def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
 Difference = tuple[str, Any]  # how a branch differs from its source: (kind, variant)
 
 
-def _difference(journal: Any, source_params: dict[str, Any], version: str | None) -> Difference:
-    """How an existing branch differs from its source, as far as its journal tells."""
-    edit = _edited_value(journal)
+def _difference(journal: Journal, source: Journal) -> Difference:
+    """How an existing branch differs from its source, as far as its journal tells: the
+    result its fork recorded at the fork point, else its params, else the version its own
+    `start` recorded (the workflow that forked it), else nothing (a sample)."""
+    created = journal.state.creation_offset
+    edit = _edited_value(journal.entries[created + 1 : created + 3])
     if edit is not None:
         return "results", edit
     params = journal.state.params or {}
-    if params != source_params:
+    if params != (source.state.params or {}):
         return "params", params
-    if journal.state.version != version:
-        return "workflows", journal.state.version
+    version = journal.entries[created].get("version")
+    if version != source.state.version:
+        return "workflows", version
     return "n", None
 
 
-def _difference_of(branch: Branch, kind: str, source_params: dict[str, Any]) -> Difference:
-    """How `branch` will differ from its source (what `_difference` will read back)."""
-    if kind == "results":
-        return "results", branch.edit
-    if kind == "params" and branch.params != source_params:
+def _difference_of(branch: Branch, source: Journal) -> Difference:
+    """How `branch` will differ from its source: what `_difference` will read back once it is
+    forked. An edited result is what the fork records for it (a model call's text becomes a
+    response of that provider: `plan_fork` says which); params equal to the source's and the
+    source's own version read back as a sample."""
+    if branch.edit is not None:
+        plan = plan_fork(
+            branch.workflow.storage, branch.source, branch.offset, None, result=branch.edit[0]
+        )
+        edit = _edited_value(plan.edits)
+        assert edit is not None  # a fork with a result records it as edited
+        return "results", edit
+    if branch.params is not None and branch.params != (source.state.params or {}):
         return "params", branch.params
-    if kind == "workflows":
+    if branch.workflow.version != source.state.version:
         return "workflows", branch.workflow.version
-    return "n", None  # params equal to the source's read back as a sample
+    return "n", None
 
 
 def _described(difference: Difference) -> str:
@@ -506,10 +519,10 @@ def _free_prefix(storage: Any, wanted: str) -> str:
     return f"{wanted}-{number}"
 
 
-def _edited_value(journal: Any) -> tuple[Any] | None:
-    """The result (or value) a fork recorded at its fork point, if it edited it."""
-    created = journal.state.creation_offset
-    for entry in journal.entries[created + 1 : created + 3]:
+def _edited_value(entries: Sequence[Entry]) -> tuple[Any] | None:
+    """The result (or value) a fork recorded at its fork point, if it edited it: `entries`
+    are the ones after the fork's own `start` (or the edits a fork plans)."""
+    for entry in entries[:2]:
         if entry.get("edited") is True:
             return (entry["result"] if entry["type"] == "step" else entry.get("value"),)
     return None

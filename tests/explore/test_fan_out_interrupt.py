@@ -32,10 +32,11 @@ RETURN_BOUND_S = 10.0  # 2 s + the longest step in flight (1.5 s), with room for
 WAIT_LIMIT_S = 120
 
 
-def _child(root: Path, mode: str) -> subprocess.Popen[str]:
+def _child(root: Path, mode: str, kind: str = "n") -> subprocess.Popen[str]:
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); import interrupt_support; "
-        f"sys.exit(interrupt_support.child(__import__('pathlib').Path({str(root)!r}), {mode!r}))"
+        f"sys.exit(interrupt_support.child(__import__('pathlib').Path({str(root)!r}), {mode!r}, "
+        f"{kind!r}))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen(
@@ -105,3 +106,37 @@ def test_sigint_stops_the_fan_out_at_step_boundaries_and_the_same_call_continues
     per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
     assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
     assert len(per_step) == BRANCHES * (1 + WORK_STEPS)  # draft and the work steps, each once
+
+
+@pytest.mark.parametrize(("mode", "kind"), [("threads", "results"), ("loop", "workflows")])
+def test_an_interrupted_fan_out_of_edited_answers_or_of_workflows_continues(
+    tmp_path: Path, mode: str, kind: str
+) -> None:
+    """results= at a model call (each edit a text the fork makes a response of) and
+    workflows= of two versions: the same call again continues their branches, where it used
+    to refuse them as "another fan-out's branches" (issue 32, item 6)."""
+    source = interrupt_support.workflow(tmp_path, mode)
+    start = source.start({"root": str(tmp_path), "sleep": STEP_S}, run_id="root")
+    if mode == "loop":
+        import asyncio
+
+        start = asyncio.run(start)
+    assert start.status == "success"
+    child = _child(tmp_path, mode, kind)
+    _wait_for_steps(tmp_path, "work0", BRANCHES, child)
+    time.sleep(STEP_S / 3)
+    os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=WAIT_LIMIT_S)
+    assert child.returncode == 130, err
+    assert set(_last_json(out)["stopped_by"]) == {"interrupt"}
+
+    again = _child(tmp_path, mode, kind)
+    out, err = again.communicate(timeout=WAIT_LIMIT_S)
+    assert again.returncode == 0, err
+    assert _last_json(out)["status"] == ["success"] * BRANCHES
+    per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
+    assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
+    ran = {step for _, step in per_step}
+    assert ran == (
+        {f"work{n}" for n in range(WORK_STEPS)} | ({"draft"} if kind != "results" else set())
+    )
