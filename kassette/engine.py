@@ -33,12 +33,18 @@ _OUTCOMES: dict[str, ResultStatus] = {
     "failed": "failed",
     "canceled": "canceled",
 }
-_STATES: dict[str, str] = {outcome: state for state, outcome in _OUTCOMES.items()}
+# a fan-out branch no invocation ended (`Branches.frame`'s "raised" and "stopped") is open
+_STATES: dict[str, str] = {
+    **{outcome: state for state, outcome in _OUTCOMES.items()},
+    "raised": "running",
+    "stopped": "running",
+}
 
 
 def run_state(outcome: str) -> str:
-    """An invocation's outcome (`RunResult.status`) in `RunStatus`'s words: `"completed"` for
-    `"success"`; other words (a fan-out's `"raised"`, say) as they are."""
+    """An invocation's outcome (`RunResult.status`, or `Branches.frame`'s status) in
+    `RunStatus`'s words: `"completed"` for `"success"`, `"running"` for a fan-out branch that
+    `"raised"` or was `"stopped"` (its run is open), the others as they are."""
     return _STATES.get(outcome, outcome)
 
 

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Branches", "FanOutInterrupted", "fan_out"]
 
+# `Branches.frame`'s two status words beside RunResult's (kassette.engine.run_state reads both
+# as "running": the run is open)
 RAISED = "raised"  # a branch whose invocation raised: nothing journaled, a re-call retries it
 STOPPED = "stopped"  # a branch the fan-out stopped (or never started): open, a re-call continues
 FRAME_COLUMNS = [
@@ -122,9 +124,20 @@ class Branches:
         return [branch.run_id for branch in self._branches]
 
     @property
-    def results(self) -> list[RunResult | None]:
+    def run_results(self) -> list[RunResult | None]:
         """Each branch's `RunResult` (None where its invocation raised or it was stopped)."""
         return [o if isinstance(o, RunResult) else None for o in self._outcomes]
+
+    @property
+    def results(self) -> list[RunResult | None]:
+        """Deprecated spelling of `run_results` (`fan_out(results=...)` is what goes in)."""
+        warnings.warn(
+            "Branches.results is deprecated: use Branches.run_results (fan_out's results= "
+            "are the edited results that go in)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.run_results
 
     @property
     def frame(self) -> pd.DataFrame:
