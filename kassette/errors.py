@@ -20,6 +20,9 @@
         ├── ReplayMismatchError
         └── JournalCorruptionError
 
+In IPython and Jupyter these errors show as a few lines: what happened and what to do
+(`_render_traceback_`); `%xmode Plain`, then `%tb`, shows the full traceback.
+
 `Suspended` is a `BaseException`, not part of the tree: it is control flow, and `except
 Exception` in user code must not swallow it. None of these is journaled as a run's `error`.
 """
@@ -66,6 +69,13 @@ class KassetteError(Exception):
         self.run_id = run_id
         self.step_id = step_id
         self.offset = offset
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython and Jupyter show for it: the error and what to do, in a few lines;
+        `%xmode Plain`, then `%tb`, shows the full traceback (see kassette._tracebacks)."""
+        from kassette._tracebacks import short_traceback
+
+        return short_traceback(self)
 
 
 class FencedError(KassetteError):

@@ -33,6 +33,7 @@ from kassette.engine import RunResult
 from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
 from kassette.explore._progress import Budget, Watch, display_for
 from kassette.explore._running import (
+    INTERRUPT,
     AnyWorkflow,
     Board,
     Branch,
@@ -41,8 +42,10 @@ from kassette.explore._running import (
     Raised,
     Resume,
     Stop,
+    interrupts_deferred,
     resume_all,
     run_all,
+    settle,
 )
 from kassette.fork import plan_fork
 from kassette.workflow import AsyncWorkflow, Workflow
@@ -77,12 +80,28 @@ class FanOutInterrupted(KeyboardInterrupt):
     `branches` holds what the fan-out reached: the branches that ended, and those it stopped
     (status "stopped", `stopped_by` "interrupt"), whose runs stay open. The same `fan_out`
     call continues them, replaying what they journaled. It is a `KeyboardInterrupt`, so code
-    that does not look for it stops as an interrupt would stop it.
+    that does not look for it stops as an interrupt would stop it. In a notebook, where the
+    cell's assignment never happened, `sys.last_value.branches` is the `Branches` afterwards.
+    Building it reads no journal (the frame is built when first asked for), and a notebook
+    shows it in a few lines (`_render_traceback_`).
     """
 
     def __init__(self, branches: Branches) -> None:
-        super().__init__(f"fan-out interrupted: {branches!r}")
+        super().__init__(f"fan-out of {branches.source} interrupted: {branches.summary()}")
         self.branches = branches
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it: the counts, how to continue, where the branches are."""
+        from kassette._tracebacks import short_traceback
+
+        return short_traceback(
+            self,
+            [
+                "Run the same kx.fan_out(...) call again to continue: it replays what the "
+                "branches journaled and runs the rest (a finished branch is not run again).",
+                "The branches so far: branches = sys.last_value.branches",
+            ],
+        )
 
 
 class Branches:
@@ -210,10 +229,32 @@ class Branches:
     def __len__(self) -> int:
         return len(self._branches)
 
+    def counts(self) -> dict[str, int]:
+        """How many branches have each `frame` status (read from the outcomes: no journal)."""
+        found: dict[str, int] = {}
+        for outcome in self._outcomes:
+            status = _status_of(outcome)
+            found[status] = found.get(status, 0) + 1
+        return found
+
+    def summary(self) -> str:
+        """`7 done (5 succeeded, 2 failed), 13 stopped`: a branch is done when its invocation
+        ended (succeeded, suspended, or failed: failed, canceled or raised); a stopped one is
+        not done (a re-call continues it)."""
+        counts = self.counts()
+        failed = sum(counts.get(status, 0) for status in ("failed", "canceled", RAISED))
+        done = {
+            "succeeded": counts.get("success", 0),
+            "suspended": counts.get("suspended", 0),
+            "failed": failed,
+        }
+        summary = f"{sum(done.values())} done"
+        if any(done.values()):
+            summary += " (" + ", ".join(f"{n} {word}" for word, n in done.items() if n) + ")"
+        return f"{summary}, {counts.get(STOPPED, 0)} stopped"
+
     def __repr__(self) -> str:
-        counts = self.frame["status"].value_counts()
-        summary = ", ".join(f"{count} {status}" for status, count in counts.items())
-        return f"<Branches of {self.source}: {len(self)} ({summary})>"
+        return f"<Branches of {self.source}: {len(self)} ({self.summary()})>"
 
     def _repr_html_(self) -> str:
         import html
@@ -275,6 +316,14 @@ class Branches:
         if self._params_of_source is None:
             self._params_of_source = _params_of(self._storage(), self.source)
         return self._params_of_source
+
+
+def _status_of(outcome: Outcome) -> str:
+    if isinstance(outcome, Raised):
+        return RAISED
+    if isinstance(outcome, Halted):
+        return STOPPED
+    return outcome.status
 
 
 def _params_of(storage: Any, run_id: str) -> dict[str, Any]:
@@ -359,18 +408,32 @@ def fan_out(
         _check_picklable(branches[0])
     board = Board(len(branches))
     stop = Stop(across_processes=executor is not None)
-    abandoned = True  # until run_all says otherwise: a stop flag must outlive its readers
+    watch = Watch(branches, board, stop, budget=limit, display=display_for(progress))
+    # until run_all says otherwise: branches may be running, and a stop flag must outlive them
+    interrupted, abandoned = False, True
     try:
-        with Watch(branches, board, stop, budget=limit, display=display_for(progress)):
-            interrupted, abandoned = run_all(
-                branches, executor, max_workers=max_workers, stop=stop, board=board
-            )
+        watch.start()
+        interrupted, abandoned = run_all(
+            branches, executor, max_workers=max_workers, stop=stop, board=board
+        )
+    except KeyboardInterrupt:  # one that reached past run_all's own handling
+        interrupted = True
+        stop.set(INTERRUPT)
     finally:
-        stop.close(abandoned=abandoned)
-    outcomes = [o for o in board.outcomes if o is not None]
-    found = Branches(branches, outcomes, score=score, executor=executor)
+        # what the branches reached, gathered (cheaply: no journal is loaded) with further
+        # interrupts held off, so the caller always gets it
+        with interrupts_deferred() as caught:
+            settle(branches, stop, board)
+            watch.close()
+            stop.close(abandoned=abandoned)
+            outcomes = [o for o in board.outcomes if o is not None]
+            found = Branches(branches, outcomes, score=score, executor=executor)
+            if interrupted or caught:
+                stop.set(INTERRUPT)
+                interrupted = True
+                error = FanOutInterrupted(found)
     if interrupted:
-        raise FanOutInterrupted(found)
+        raise error
     return found
 
 

@@ -163,11 +163,12 @@ class Progress:
         )
 
     @property
-    def ended(self) -> int:
-        return self.succeeded + self.failed + self.suspended + self.stopped
+    def done(self) -> int:
+        """Branches whose invocation ended: a stopped one is not done (a re-call continues it)."""
+        return self.succeeded + self.failed + self.suspended
 
     def text(self) -> str:
-        parts = [f"{self.ended}/{self.total} branches", f"{self.running} running"]
+        parts = [f"{self.done}/{self.total} done", f"{self.running} running"]
         parts += [f"{self.succeeded} succeeded", f"{self.failed} failed"]
         parts.append(f"{self.suspended} suspended")
         if self.stopped:
@@ -196,7 +197,7 @@ class TerminalBar:
         self._stream = stream
 
     def show(self, progress: Progress) -> None:
-        filled = _BAR_WIDTH * progress.ended // max(progress.total, 1)
+        filled = _BAR_WIDTH * progress.done // max(progress.total, 1)
         bar = "#" * filled + "." * (_BAR_WIDTH - filled)
         self._stream.write(f"\rfan-out [{bar}] {progress.text()}\x1b[K")
         self._stream.flush()
@@ -292,15 +293,14 @@ class Watch:
             index = {branch.run_id: number for number, branch in enumerate(branches)}
             stop.on_step = lambda run_id: self._count(index[run_id])
 
-    def __enter__(self) -> Watch:
+    def start(self) -> None:
         if self._budget is not None or self._display is not None:
             self._thread = threading.Thread(
                 target=self._watch, name="kassette-fan-out-watch", daemon=True
             )
             self._thread.start()
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def close(self) -> None:
         self._done.set()
         if self._thread is not None:
             self._thread.join()

@@ -116,7 +116,7 @@ def test_the_progress_line_counts_a_running_fan_out_and_an_interrupt_stops_it(
     lab.page.evaluate(RUN_CELL, {"id": panel_id, "index": 1})
     lab.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=CELL_TIMEOUT)
     line = panel.locator(".kassette-fan-out-progress").last
-    expect(line).to_contain_text("8/8 branches · 0 running · 8 succeeded · 0 failed")
+    expect(line).to_contain_text("8/8 done · 0 running · 8 succeeded · 0 failed")
     line.screenshot(path=tmp_path / "fan-out-progress-done.png")
     assert {run_status(storage, f"root.chat.{n}").status for n in range(8)} == {"completed"}
 
@@ -137,6 +137,6 @@ def test_the_progress_line_counts_a_running_fan_out_and_an_interrupt_stops_it(
     lab.page.evaluate(RUN_CELL, {"id": panel_id, "index": 4})
     lab.page.wait_for_function(KERNEL_IDLE, arg=panel_id, timeout=CELL_TIMEOUT)
     expect(async_cell.locator(".kassette-fan-out-progress").last).to_contain_text(
-        "8/8 branches · 0 running · 8 succeeded"
+        "8/8 done · 0 running · 8 succeeded"
     )
     print(f"screenshots: {tmp_path} ({WAIT} ms waits)")
