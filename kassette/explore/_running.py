@@ -182,6 +182,8 @@ class Board:
         self._running: set[int] = set()
         self._unread: set[int] = set()  # ended since the progress display last read them
         self._lock = threading.Lock()
+        # what a branch's end also asks, before the fan-out starts another (the budget's count)
+        self.on_end: Callable[[int], None] | None = None
 
     def started(self, index: int) -> None:
         with self._lock:
@@ -192,6 +194,8 @@ class Board:
             self._running.discard(index)
             self._unread.add(index)
             self.outcomes[index] = outcome
+        if self.on_end is not None:
+            self.on_end(index)
 
     def unread(self, *, everyone: bool = False) -> list[int]:
         """The branches whose journals may have grown since this was last asked: the running
@@ -428,9 +432,9 @@ def _on_executor(
         try:
             while queue and len(running) < limit and not stop.is_set():
                 index = queue[0]
+                board.started(index)  # first: the branch may reach a step before submit returns
                 running[_submit(executor, branches[index], stop)] = index
                 queue.popleft()
-                board.started(index)
             done, _ = wait(running, timeout=WAIT_S, return_when=FIRST_COMPLETED)
             end(done)
         except KeyboardInterrupt:

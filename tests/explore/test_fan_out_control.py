@@ -10,6 +10,7 @@ import pty
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from kassette import InvalidArgumentError, MemoryStorage, Storage, kassette
 from kassette import explore as kx
-from kassette.core import run_status
+from kassette.core import read_journal, run_status
 from kassette.explore._progress import Progress, Spent, TerminalBar, display_for
 from kassette.explore._running import Stop
 
@@ -316,3 +317,73 @@ def test_the_interrupt_and_the_branches_summary_read_no_journal() -> None:
     assert "Run the same kx.fan_out(...) call again to continue" in shown
     assert "branches = sys.last_value.branches" in shown
     assert storage.reads == 0
+
+
+def test_a_dollar_budget_counts_a_branchs_last_call_before_the_next_branch_starts() -> None:
+    """Each branch's model call is its last step: the budget used to see it only at a later
+    step boundary, so all 12 branches ran (issue 30, section 4)."""
+    from kassette.explore._cost import call_costs
+    from kassette.model_calls import read_model_result
+
+    call = read_model_result(completion(TOKENS_PER_CALL))
+    assert call is not None
+    [price] = call_costs([(call.provider, call.model, call.usage)])
+    assert price is not None
+    storage, calls = MemoryStorage(), []
+
+    @kassette(storage=storage)
+    def agent(ctx: Any, task: Any) -> Any:
+        ctx.step("plan", lambda: "plan")
+
+        def chat() -> dict[str, Any]:
+            calls.append(ctx.run_id)
+            return completion(TOKENS_PER_CALL)
+
+        return ctx.step("chat", chat)
+
+    agent.start(None, run_id="root")
+    calls.clear()
+    branches = kx.fan_out(
+        agent, "root", step="chat", n=12, max_workers=1, budget={"usd": 2.5 * price}
+    )
+    assert calls == ["root.chat.0", "root.chat.1", "root.chat.2"]  # 1x, 2x, then 3x > 2.5x
+    assert branches.frame["status"].tolist() == ["success"] * 3 + ["stopped"] * 9
+    assert set(branches.frame["stopped_by"][3:]) == {"budget"}
+
+
+def test_a_budget_sees_every_call_journaled_before_a_step_starts() -> None:
+    """Branch 1 waits until branch 0's call (its last step) is journaled, then comes to its
+    own call: with a budget of one call, that step must not start. It used to count only its
+    own journal at its step boundaries and the others' at the next look (0.2 s), so calls
+    passed the budget by more than the calls in flight (issue 32, item 9)."""
+    storage, calls = MemoryStorage(), []
+
+    @kassette(storage=storage)
+    def agent(ctx: Any, task: Any) -> Any:
+        ctx.step("plan", lambda: "plan")
+
+        def wait() -> str:
+            if ctx.run_id.endswith(".1"):
+                for _ in range(BARRIER_LIMIT_S * 1000):  # until branch 0's call is journaled
+                    if any(
+                        e.get("stepId") == "chat"
+                        for e in read_journal(storage, "root.wait.0").entries
+                        if e["offset"] > 2
+                    ):
+                        break
+                    time.sleep(0.001)
+            return "waited"
+
+        def chat() -> dict[str, Any]:
+            calls.append(ctx.run_id)
+            return completion(TOKENS_PER_CALL)
+
+        ctx.step("wait", wait)
+        return ctx.step("chat", chat)
+
+    agent.start(None, run_id="root")
+    calls.clear()
+    budget = {"tokens": TOKENS_PER_CALL}
+    branches = kx.fan_out(agent, "root", step="wait", n=2, max_workers=2, budget=budget)
+    assert calls == ["root.wait.0"]
+    assert branches.frame["status"].tolist() == ["success", "stopped"]
