@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kassette import MemoryStorage, kassette  # noqa: E402
-from kassette import explore as kx  # noqa: E402
+from kassette import MemoryStorage, kassette
+from kassette import explore as kx
 
 BRANCHES, CALLS, WORKERS, ROUNDS, TOKENS = 24, 4, 8, 3, 100
 
