@@ -87,7 +87,7 @@ def test_a_folder_of_other_runs_is_refused(tmp_path: Path) -> None:
     store.mkdir()
     (store / "mine.jsonl").write_text("")
     writer = _writer(tmp_path)
-    out, err = writer.communicate(timeout=WAIT_LIMIT_S)
+    _, err = writer.communicate(timeout=WAIT_LIMIT_S)
     assert writer.returncode == 1
     assert "holds runs this script did not write" in err
     assert [p.name for p in store.iterdir()] == ["mine.jsonl"]
