@@ -24,7 +24,9 @@ In IPython and Jupyter these errors show as a few lines: what happened and what 
 (`_render_traceback_`); `%xmode Plain`, then `%tb`, shows the full traceback.
 
 `Suspended` is a `BaseException`, not part of the tree: it is control flow, and `except
-Exception` in user code must not swallow it. None of these is journaled as a run's `error`.
+Exception` in user code must not swallow it. None of these is journaled as a run's `error`,
+but one: a `ReplayError` in the session that created a fork (its copied prefix no longer
+replays) ends that fork failed with it, so no fork is left `running` with nothing of its own.
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ def _run_branch(branch: Branch, stop: Stop) -> Outcome:
     except Stopped as stopped:
         return Halted(branch.run_id, stopped.reason)
     except Exception as exc:
-        return Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
+        return _raised(branch, exc)
 
 
 async def run_branch_async(branch: Branch, stop: Stop) -> Outcome:
@@ -334,7 +334,21 @@ async def _run_branch_async(branch: Branch, stop: Stop) -> Outcome:
     except Stopped as stopped:
         return Halted(branch.run_id, stopped.reason)
     except Exception as exc:
-        return Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
+        return _raised(branch, exc)
+
+
+def _raised(branch: Branch, exc: Exception) -> Outcome:
+    """A branch whose invocation raised: `Raised`, unless the invocation ended its run (a fork
+    whose replay failed is failed with the error), which then reports that end."""
+    try:
+        ended = _existing(branch)
+    except Exception:  # the storage that raised may raise again: the first error tells
+        ended = None
+    return (
+        ended
+        if ended is not None
+        else Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
+    )
 
 
 def _ignore_interrupts_in_worker() -> None:
