@@ -83,9 +83,11 @@ def short_traceback(exc: BaseException, advice: list[str] | None = None) -> list
     if advice is None:
         found = advice_for(exc)
         advice = [found] if found is not None else []
+    coloured = shell is not None and str(getattr(shell, "colors", "")).lower() != "nocolor"
+    red, bold, dim, reset = (_RED, _BOLD, _DIM, _RESET) if coloured else ("", "", "", "")
     message = str(exc)
-    lines = [f"{_RED}{_BOLD}{type(exc).__name__}{_RESET}: {message}"]
+    lines = [f"{red}{bold}{type(exc).__name__}{reset}: {message}"]
     if "fork" not in message or len(advice) > 1:  # a message that says what to do is enough
-        lines += [f"{_BOLD}→{_RESET} {line}" for line in advice]
-    lines.append(f"{_DIM}{_HOW_FULL}{_RESET}")
+        lines += [f"{bold}→{reset} {line}" for line in advice]
+    lines.append(f"{dim}{_HOW_FULL}{reset}")
     return lines
