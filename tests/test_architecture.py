@@ -75,6 +75,7 @@ def test_the_layers_only_import_downward() -> None:
             "_json_diff",
             "_public",
             "_listeners",
+            "_extras",
         },
         {"_codec", "_retry", "storage", "_model_usage"},
         {"_llm_calls"},
