@@ -146,7 +146,8 @@ def _anthropic(request: Mapping[str, Any]) -> list[dict[str, Any]]:
         for block in results:
             output = block.get("content")
             text = output if isinstance(output, str) else text_of_content(output)
-            messages.append({"role": "tool", "text": text, "id": block.get("tool_use_id")})
+            result: dict[str, Any] = {"role": "tool", "text": text, "id": block.get("tool_use_id")}
+            messages.append(result)
         calls = [
             _tool_call(block, block.get("id"), arguments=block.get("input"))
             for block in blocks
