@@ -60,9 +60,9 @@ def run_agent(storage: Storage, server: Any) -> kx.Branches:
     from kassette.integrations.anthropic import journaled as journaled_anthropic
     from kassette.integrations.openai import journaled as journaled_openai
 
-    gpt = openai.OpenAI(api_key="unused", base_url=server.openai_base_url, max_retries=0)
+    gpt = openai.OpenAI(api_key="unused", base_url=server.openai_base_url, max_retries=2)
     claude = anthropic.Anthropic(
-        api_key="unused", base_url=server.anthropic_base_url, max_retries=0
+        api_key="unused", base_url=server.anthropic_base_url, max_retries=2
     )
 
     @kassette(storage=storage, version="support-v1")

@@ -9,7 +9,7 @@ const STEP_WIDTH = 84; // px: the step column (columns layout)
 const COLUMN_WIDTH = 96; // px: a branch's narrowest column: 10 branches and the steps in 1,044 px
 const BRANCH_WIDTH = 168; // px: the branch column (rows layout)
 const STEP_COLUMN_WIDTH = 300; // px: a step's narrowest column (rows layout)
-const COMPACT_BRANCH_WIDTH = 190; // px: the branch column of the answer grid
+const COMPACT_BRANCH_WIDTH = 250; // px: the branch column of the answer grid
 
 function lineDiff(lines) {
   return h(
@@ -57,15 +57,15 @@ function render({ model, el }) {
   const baseSelect = h("select", { class: "kx-baseline", "aria-label": "baseline" });
   const layoutSelect = h("select", { class: "kx-layout", "aria-label": "layout" },
     h("option", { value: "columns" }, "a column per branch"),
-    h("option", { value: "rows" }, "a row per branch (transposed)"));
+    h("option", { value: "rows" }, "a row per branch"));
   const groupBox = h("input", { type: "checkbox", class: "kx-group" });
   const groupLabel = h("span", { class: "kx-group-label" });
   const hideBox = h("input", { type: "checkbox", class: "kx-hide-equal" });
   const hideLabel = h("span", { class: "kx-hide-label" });
   const compactBox = h("input", { type: "checkbox", class: "kx-compact" });
   const alignSelect = h("select", { class: "kx-align", "aria-label": "align" },
-    h("option", { value: "answer" }, "answers (tool loops folded)"),
-    h("option", { value: "first" }, "first calls (tool loops folded)"),
+    h("option", { value: "answer" }, "answers"),
+    h("option", { value: "first" }, "first calls"),
     h("option", { value: "step" }, "step ids"));
   const sortSelect = h("select", { class: "kx-sort", "aria-label": "sort branches by" });
   const descBox = h("input", { type: "checkbox", class: "kx-descending" });
@@ -84,12 +84,12 @@ function render({ model, el }) {
         { class: "kx-bar" },
         "show ", modeSelect, valuesLabel, " align ", alignSelect, " baseline ", baseSelect, " ", layoutSelect, " ",
         h("label", {}, compactBox, " compact"), " ",
-        h("label", {}, hideBox, hideLabel), " ", h("label", {}, groupBox, groupLabel),
+        h("label", {}, hideBox, hideLabel),
       ),
       h(
         "div",
         { class: "kx-bar kx-bar2" },
-        "steps ", stepBoxes, " · sort ", sortSelect, " ", h("label", {}, descBox, " descending"), " ",
+        h("label", {}, groupBox, groupLabel), " · steps ", stepBoxes, " · sort ", sortSelect, " ", h("label", {}, descBox, " descending"), " ",
         queryInput, " ", queryNote,
       ),
       scroller,
@@ -236,8 +236,8 @@ function render({ model, el }) {
         return h(
           tag,
           { class: classes + " kx-compact-head", title: `${group.join(", ")}\n${params[r] || ""}\n${how}\n${figures}` },
-          h("div", { class: "kx-line" }, h("span", { class: "kx-name" }, r, others.length ? ` +${others.length}` : ""), " ", params[r] ? h("span", { class: "kx-params" }, params[r]) : null),
-          h("div", { class: "kx-line kx-marks" }, ...markControls(r), h("span", { class: "kx-how" }, figures || how)),
+          h("div", { class: "kx-line" }, h("span", { class: "kx-name" }, r, others.length ? ` +${others.length}` : ""), h("span", { class: "kx-how" }, figures || how)),
+          h("div", { class: "kx-line kx-marks" }, ...markControls(r), params[r] ? h("span", { class: "kx-params" }, params[r]) : null),
         );
       }
       return h(
@@ -259,7 +259,8 @@ function render({ model, el }) {
       const td = h("td", { class: (differing ? "kx-differs" : "") + (text === null || text === undefined ? " kx-missing" : "") });
       const said = (notes[r] || [])[i] || [];
       const mark = (edited[r] || [])[i] ? h("div", { class: "kx-edited", title: "recorded by a fork with a given result" }, "✎ edited") : null;
-      if (said.length || mark) td.append(h("div", { class: "kx-notes" }, mark, ...said.map((line) => h("div", { class: "kx-note" }, line))));
+      const tight = compact && rowsLayout; // the answer grid: notes go in the cell's tools
+      if ((said.length || mark) && !tight) td.append(h("div", { class: "kx-notes" }, mark, ...said.map((line) => h("div", { class: "kx-note" }, line))));
       let body;
       if (text === null || text === undefined) body = h("span", { class: "kx-none" }, "—");
       else if (mode === "diff" && differing) {
@@ -272,12 +273,17 @@ function render({ model, el }) {
       const tools = [];
       if (text !== null && text !== undefined && (answers[i] || loop.length)) {
         const calls = loop.length ? `${loop.length} steps: ${loop.join(" → ")}` : "conversation";
-        const open = h("a", { class: "kx-open" + (isOpen ? " kx-opened" : ""), href: "#", title: "show the model calls as a conversation" }, loop.length ? `⟲ ${calls}` : "💬 conversation");
+        const short = compact && rowsLayout ? (loop.length ? `⟲ ${loop.filter((s) => !s.startsWith(steps[i])).join(", ") || loop.length}` : "calls") : loop.length ? `⟲ ${calls}` : "conversation";
+        const open = h("a", { class: "kx-open" + (isOpen ? " kx-opened" : ""), href: "#", title: `show the model calls as a conversation (${calls})` }, short);
         open.addEventListener("click", (event) => {
           event.preventDefault();
           set("opened", isOpen ? [] : [r, steps[i]]);
         });
         tools.push(open);
+      }
+      if (tight && (said.length || mark)) {
+        const changed = h("span", { class: "kx-changes", title: [mark ? "✎ edited" : null, ...said].filter(Boolean).join("\n") }, mark ? "✎" : "", said.length ? `Δ${said.length}` : "");
+        tools.unshift(changed);
       }
       if (compact && text !== null && text !== undefined) {
         body.classList.add("kx-clamped");
@@ -290,7 +296,7 @@ function render({ model, el }) {
         tools.unshift(more);
       }
       td.append(body);
-      if (tools.length) td.append(h("div", { class: "kx-cell-tools" }, ...tools));
+      if (tools.length) td.append(h("div", { class: "kx-cell-tools" + (tight ? " kx-overlay" : "") }, ...tools));
       return td;
     }
 
@@ -344,7 +350,7 @@ function render({ model, el }) {
         h("tbody", {}, ...rows),
       );
     }
-    const above = rowsLayout && !chosen.length ? folds.map((fold) => h("div", { class: "kx-fold-line" }, foldNote(...fold))) : [];
+    const above = rowsLayout && !chosen.length && !compact ? folds.map((fold) => h("div", { class: "kx-fold-line" }, foldNote(...fold))) : [];
     scroller.replaceChildren(...above, table);
     drawTalk();
   }
@@ -378,6 +384,9 @@ function render({ model, el }) {
   sortSelect.addEventListener("change", () => set("sort_by", sortSelect.value));
   descBox.addEventListener("change", () => set("descending", descBox.checked));
   queryInput.addEventListener("change", () => set("query", queryInput.value));
+  queryInput.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") set("query", queryInput.value);
+  });
   const names = [
     "steps", "runs", "params", "cells", "diffs", "differs", "notes", "edited", "alike", "answers", "baseline",
     "first_divergence", "mode", "values", "groups", "group", "hide_equal", "transposed", "compact", "columns",
