@@ -14,7 +14,7 @@ The request is read here, for each provider's wire format: OpenAI chat completio
 (`messages`), OpenAI Responses (`instructions` and `input`: a string, or message,
 `function_call` and `function_call_output` items) and Anthropic Messages (`system` and
 `messages` whose content blocks are `text`, `tool_use` and `tool_result`). The response is
-`kassette.model_calls`' reading (streams included), never read again here.
+`kassette._llm_calls`' reading (streams included), never read again here.
 
 `call_view(entry, step_id)` is what the widgets show for a model-call step: the conversation,
 the model, its tokens and cost, and the raw journal entry as indented JSON (one click away).
@@ -26,8 +26,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from kassette._llm_calls import LLMCall, read_llm_result, text_of_content, tool_arguments
 from kassette.explore._cost import call_costs
-from kassette.model_calls import ModelCall, read_model_result, text_of_content, tool_arguments
 
 __all__ = ["ROLES", "call_view", "conversation"]
 
@@ -35,7 +35,7 @@ ROLES = ("system", "user", "assistant", "tool")
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
-def conversation(call: ModelCall) -> list[dict[str, Any]]:
+def conversation(call: LLMCall) -> list[dict[str, Any]]:
     """The messages of a model call: the request's, then the response's (see the module)."""
     request = call.request or {}
     if call.provider == "anthropic":
@@ -58,7 +58,7 @@ def call_view(entry: Mapping[str, Any], step_id: str) -> dict[str, Any] | None:
     indented JSON). None when the step is not a model call."""
     if entry.get("kind", "step") != "step":
         return None
-    call = read_model_result(entry.get("result"), entry.get("call"))
+    call = read_llm_result(entry.get("result"), entry.get("call"))
     if call is None:
         return None
     usage = call.usage
