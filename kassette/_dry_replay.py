@@ -18,8 +18,7 @@ from typing import Any
 
 from kassette.core import Run, open_run, read_journal
 from kassette.errors import ReplayMismatchError, TerminalRunError
-from kassette.storage import Storage
-from kassette.storage.memory import MemoryStorage
+from kassette.storage import MemoryStorage, Storage
 
 __all__ = ["DryReplay", "Live", "explained"]
 

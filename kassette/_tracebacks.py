@@ -29,9 +29,6 @@ _ADVICE = {
         "Continue the run with the workflow version it was started with, or fork it: a fork "
         "records the version of the workflow that forks it."
     ),
-    "MetadataMismatchError": (
-        "Pass the input this run was started with, or start a new run id for the new input."
-    ),
     "InputMismatchError": (
         "Pass the input this run was started with, or start a new run id for the new input."
     ),

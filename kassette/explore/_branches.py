@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from kassette.codec import Entry, check_json
+from kassette._codec import Entry, check_json
+from kassette._engine import RunResult
+from kassette._fork import plan_fork
+from kassette._workflow import AsyncWorkflow, Workflow
 from kassette.core import read_journal
-from kassette.engine import RunResult
 from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
 from kassette.explore._progress import Budget, Watch, display_for
 from kassette.explore._running import (
@@ -47,16 +49,14 @@ from kassette.explore._running import (
     run_all,
     settle,
 )
-from kassette.fork import plan_fork
-from kassette.workflow import AsyncWorkflow, Workflow
 
 if TYPE_CHECKING:
+    from kassette._journal import Journal
     from kassette.explore._frames import Journals
-    from kassette.journal import Journal
 
 __all__ = ["Branches", "FanOutInterrupted", "fan_out"]
 
-# `Branches.frame`'s two status words beside RunResult's (kassette.engine.run_state reads both
+# `Branches.frame`'s two status words beside RunResult's (kassette._engine.run_state reads both
 # as "running": the run is open)
 RAISED = "raised"  # a branch whose invocation raised: nothing journaled, a re-call retries it
 STOPPED = "stopped"  # a branch the fan-out stopped (or never started): open, a re-call continues

@@ -151,10 +151,10 @@ def test_a_budget_stops_new_steps_once_the_fan_outs_own_calls_reach_it() -> None
 
 
 def test_a_dollar_budget_counts_the_calls_at_their_known_price() -> None:
+    from kassette._llm_calls import read_llm_result
     from kassette.explore._cost import call_costs
-    from kassette.model_calls import read_model_result
 
-    call = read_model_result(completion(TOKENS_PER_CALL))
+    call = read_llm_result(completion(TOKENS_PER_CALL))
     assert call is not None
     [price] = call_costs([(call.provider, call.model, call.usage)])
     assert price is not None and price > 0  # gpt-4o-mini is in the price database
@@ -210,9 +210,9 @@ def test_the_terminal_bar_counts_branches_and_tokens() -> None:
     stream = io.StringIO()
     bar = TerminalBar(stream)
     stop = Stop()
-    from kassette.engine import RunResult
+    from kassette._engine import RunResult
+    from kassette._state import ErrorInfo
     from kassette.explore._running import Halted, Raised
-    from kassette.state import ErrorInfo
 
     outcomes = [
         RunResult("a", "success"),
@@ -296,9 +296,9 @@ class CountingStorage(MemoryStorage):
 def test_the_interrupt_and_the_branches_summary_read_no_journal() -> None:
     """Building `FanOutInterrupted` used to load every branch's journal into pandas (3.8 s
     after a 0.3 s step, issue 32 item 8): its counts come from the outcomes in hand."""
-    from kassette.engine import RunResult
+    from kassette._engine import RunResult
+    from kassette._state import ErrorInfo
     from kassette.explore._running import Branch, Halted, Raised
-    from kassette.state import ErrorInfo
 
     storage = CountingStorage()
     agent = kassette(lambda ctx, task: None, storage=storage)
@@ -322,8 +322,8 @@ def test_the_interrupt_and_the_branches_summary_read_no_journal() -> None:
 def test_a_dollar_budget_counts_a_branchs_last_call_before_the_next_branch_starts() -> None:
     """Each branch's model call is its last step: the budget used to see it only at a later
     step boundary, so all 12 branches ran (issue 30, section 4)."""
+    from kassette._llm_calls import read_llm_result as read_model_result
     from kassette.explore._cost import call_costs
-    from kassette.model_calls import read_model_result
 
     call = read_model_result(completion(TOKENS_PER_CALL))
     assert call is not None
