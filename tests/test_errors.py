@@ -203,9 +203,9 @@ def test_ipython_shows_a_kassette_error_in_a_few_lines_and_the_full_traceback_on
     assert len(lines) <= 4, short
     assert "fork the run at the step" in short and "restore the code" in short
     assert lines[-1] == "(the full traceback: %xmode Plain, then %tb)"
-    assert "kassette/core.py" not in short
+    assert "_run.py" not in short
     assert "Traceback (most recent call last)" in full
-    assert "core.py" in full and "ReplayMismatchError: run f" in full
+    assert "_run.py" in full and "ReplayMismatchError: run f" in full
 
 
 def test_starting_a_finished_run_whose_code_changed_says_where_and_how_to_fork() -> None:
