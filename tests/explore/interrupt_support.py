@@ -162,5 +162,22 @@ def child(root: Path, mode: str, kind: str = "n") -> int:
     return 0
 
 
+def child_again(root: Path, mode: str) -> int:
+    """`child`, but once interrupted, the same call again in this process at once (as a
+    notebook user re-runs the cell): print the re-call's statuses as one JSON line."""
+    from kassette import explore as kx
+
+    print(json.dumps({"ready": time.time()}), flush=True)
+    call = {"step": "draft", "n": BRANCHES}
+    try:
+        kx.fan_out(workflow(root, mode), "root", **call)  # type: ignore[arg-type]
+    except kx.FanOutInterrupted as interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(json.dumps({"caught": time.time(), "summary": str(interrupted)}), flush=True)
+    branches = kx.fan_out(workflow(root, mode), "root", **call)  # type: ignore[arg-type]
+    print(json.dumps({"status": branches.frame["status"].tolist()}), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(child(Path(sys.argv[1]), sys.argv[2], *sys.argv[3:]))

@@ -211,3 +211,44 @@ def test_more_interrupts_leave_the_steps_in_flight_to_finish_and_the_exception_w
     assert _last_json(out)["status"] == ["success"] * BRANCHES
     per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
     assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
+
+
+@pytest.mark.parametrize("mode", ["threads", "loop"])
+def test_a_re_call_in_the_same_process_waits_for_the_steps_a_second_interrupt_left_running(
+    tmp_path: Path, mode: str
+) -> None:
+    """After two interrupts the steps in flight finish in the background; the same call made
+    at once in the same process (a notebook's re-run) must wait for them, not run them again
+    (issue 32, item 7)."""
+    source = interrupt_support.workflow(tmp_path, mode)
+    start = source.start({"root": str(tmp_path), "sleep": STEP_S}, run_id="root")
+    if mode == "loop":
+        import asyncio
+
+        start = asyncio.run(start)
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import interrupt_support; "
+        "sys.exit(interrupt_support.child_again("
+        f"__import__('pathlib').Path({str(tmp_path)!r}), {mode!r}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    _wait_for_steps(tmp_path, "work0", BRANCHES, child)
+    time.sleep(STEP_S / 3)
+    os.killpg(child.pid, signal.SIGINT)
+    time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGINT)  # stop waiting: the steps in flight go on
+    out, err = child.communicate(timeout=WAIT_LIMIT_S)
+    assert child.returncode == 0, err
+    assert '"caught"' in out
+    assert _last_json(out)["status"] == ["success"] * BRANCHES
+    per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
+    assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
+    assert len(per_step) == BRANCHES * (1 + WORK_STEPS)
