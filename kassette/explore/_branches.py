@@ -17,7 +17,6 @@ callable.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import warnings
@@ -27,12 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from kassette._codec import Entry, check_json
+from kassette._codec import check_json
 from kassette._engine import RunResult
 from kassette._fork import plan_fork
 from kassette._workflow import AsyncWorkflow, Workflow
 from kassette.core import read_journal
-from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
+from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore._branch_ids import check_branches
 from kassette.explore._progress import Budget, Watch, display_for
 from kassette.explore._running import (
     INTERRUPT,
@@ -51,7 +51,6 @@ from kassette.explore._running import (
 )
 
 if TYPE_CHECKING:
-    from kassette._journal import Journal
     from kassette.explore._frames import Journals
 
 __all__ = ["Branches", "FanOutInterrupted", "fan_out"]
@@ -403,7 +402,7 @@ def fan_out(
         )
         for index, variant in enumerate(variants)
     ]
-    _check_branches(branches, kind, base)
+    check_branches(branches, kind, base)
     if isinstance(executor, ProcessPoolExecutor):
         _check_picklable(branches[0])
     board = Board(len(branches))
@@ -496,112 +495,6 @@ def _prefix(prefix: str | None, run_id: str, step: str | None, cut: int) -> str:
         prefix = f"{run_id}.{_UNSAFE.sub('_', step) if step is not None else cut}"
     validate_run_id(f"{prefix}.0")
     return prefix
-
-
-def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
-    """Each branch id may hold only this same fork of the source, with this same difference
-    (kind and variant): a re-call that would report another fan-out's branches as its own is
-    refused, before anything runs."""
-    from kassette.storage import validate_run_id
-
-    source: Journal | None = None
-    for branch in branches:
-        validate_run_id(branch.run_id)
-        try:
-            journal = read_journal(branch.workflow.storage, branch.run_id)
-        except RunNotFoundError:
-            continue
-        state, expected = journal.state, {"runId": branch.source, "fromOffset": branch.offset}
-        if state.source != expected:
-            what = (
-                f"a fork of {state.source['runId']} at offset {state.source['fromOffset']}"
-                if state.source
-                else "not a fork"
-            )
-            raise RunExistsError(
-                f"branch {branch.run_id} already exists and is {what}, not a fork of "
-                f"{branch.source} at offset {branch.offset}: pass another prefix",
-                run_id=branch.run_id,
-            )
-        if source is None:
-            source = read_journal(branch.workflow.storage, branch.source)
-        found = _difference(journal, source)
-        wanted = _difference_of(branch, source)
-        if found != wanted:
-            free = _free_prefix(branch.workflow.storage, f"{base}.{kind}")
-            raise InvalidArgumentError(
-                f"prefix {base!r} holds another fan-out's branches: {branch.run_id} is "
-                f"{_described(found)}, not {_described(wanted)}: pass prefix={free!r}",
-                run_id=branch.run_id,
-            )
-
-
-Difference = tuple[str, Any]  # how a branch differs from its source: (kind, variant)
-
-
-def _difference(journal: Journal, source: Journal) -> Difference:
-    """How an existing branch differs from its source, as far as its journal tells: the
-    result its fork recorded at the fork point, else its params, else the version its own
-    `start` recorded (the workflow that forked it), else nothing (a sample)."""
-    created = journal.state.creation_offset
-    edit = _edited_value(journal.entries[created + 1 : created + 3])
-    if edit is not None:
-        return "results", edit
-    params = journal.state.params or {}
-    if params != (source.state.params or {}):
-        return "params", params
-    version = journal.entries[created].get("version")
-    if version != source.state.version:
-        return "workflows", version
-    return "n", None
-
-
-def _difference_of(branch: Branch, source: Journal) -> Difference:
-    """How `branch` will differ from its source: what `_difference` will read back once it is
-    forked. An edited result is what the fork records for it (a model call's text becomes a
-    response of that provider: `plan_fork` says which); params equal to the source's and the
-    source's own version read back as a sample."""
-    if branch.edit is not None:
-        plan = plan_fork(
-            branch.workflow.storage, branch.source, branch.offset, None, result=branch.edit[0]
-        )
-        edit = _edited_value(plan.edits)
-        assert edit is not None  # a fork with a result records it as edited
-        return "results", edit
-    if branch.params is not None and branch.params != (source.state.params or {}):
-        return "params", branch.params
-    if branch.workflow.version != source.state.version:
-        return "workflows", branch.workflow.version
-    return "n", None
-
-
-def _described(difference: Difference) -> str:
-    kind, variant = difference
-    if kind == "n":
-        return "a sample (n=) of the same run"
-    if kind == "results":
-        return f"a branch with the edited result {json.dumps(variant[0])[:80]}"
-    if kind == "params":
-        return f"a branch with params {json.dumps(variant)[:80]}"
-    return f"a branch of workflow version {variant!r}"
-
-
-def _free_prefix(storage: Any, wanted: str) -> str:
-    """`wanted`, or `wanted-2`, `wanted-3`, ...: the first whose branch 0 does not exist."""
-    for number in range(1, 1000):
-        candidate = wanted if number == 1 else f"{wanted}-{number}"
-        if storage.read(f"{candidate}.0") is None:
-            return candidate
-    return f"{wanted}-{number}"
-
-
-def _edited_value(entries: Sequence[Entry]) -> tuple[Any] | None:
-    """The result (or value) a fork recorded at its fork point, if it edited it: `entries`
-    are the ones after the fork's own `start` (or the edits a fork plans)."""
-    for entry in entries[:2]:
-        if entry.get("edited") is True:
-            return (entry["result"] if entry["type"] == "step" else entry.get("value"),)
-    return None
 
 
 def _check_picklable(branch: Branch) -> None:
