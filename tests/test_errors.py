@@ -241,3 +241,39 @@ def test_starting_a_finished_run_whose_code_changed_says_where_and_how_to_fork()
     assert storage.read("ticket-1") == written  # and wrote nothing
     forked = agent.fork("ticket-1", offset=2, new_run_id="ticket-1b")  # the advice works
     assert (forked.status, forked.result, ran) == ("success", "checked", ["plan", "check"])
+
+
+def test_a_finished_run_whose_prompt_changed_names_the_model_call_to_fork_at() -> None:
+    """The researcher's case: plan, then a journaled OpenAI call; the prompt is edited and the
+    finished run started again. The dry replay stops at the model call, before any request."""
+    import openai
+
+    from kassette import MemoryStorage
+    from kassette import kassette as durable
+    from kassette.integrations.openai import journaled
+    from kassette.testing import fake_model_server
+
+    storage = MemoryStorage()
+    with fake_model_server() as server:
+        client = openai.OpenAI(api_key="unused", base_url=server.openai_base_url)
+
+        def agent_asking(prompt: str) -> Any:
+            @durable(storage=storage)
+            def agent(ctx: Any, ticket: str) -> str:
+                ctx.step("plan", lambda: "plan")
+                reply = journaled(client, ctx).chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}]
+                )
+                return str(reply.choices[0].message.content)
+
+            return agent
+
+        agent_asking("Draft a reply.").start("ticket", run_id="ticket-1")
+        with pytest.raises(TerminalRunError) as error:
+            agent_asking("Draft a short reply.").start("ticket", run_id="ticket-1")
+        client.close()
+        assert server.request_count == 1  # the dry replay asked the model nothing
+    message = str(error.value)
+    assert "the code now differs at step 'chat.completions.create'" in message, message
+    assert "messages[0].content" in message
+    assert "agent.fork('ticket-1', offset=2)" in message
