@@ -7,8 +7,8 @@ a crash, a kernel restart, or on purpose) forks nothing new: a branch that exist
 like a `start` of an existing run (finished ones only report their status), and a branch that
 does not exist yet is forked. A fan-out is as durable as a run.
 
-Branches run on threads (a `def` workflow) or as tasks on one event loop (an `async def` one,
-also where a notebook's loop is already running), or on any `concurrent.futures.Executor`:
+Branches run on threads (a `def` workflow) or as tasks on one event loop in a thread of its
+own (an `async def` one), or on any `concurrent.futures.Executor`:
 a `ProcessPoolExecutor`, or Dask's `distributed.Client.get_executor()` across machines, with
 journals on storage every worker reaches (`s3://`, a shared filesystem). Only `Branch`es and
 `RunResult`s cross the executor's boundary; scores are computed here, so `score` may be any
@@ -368,8 +368,10 @@ def fan_out(
     `executor` runs the branches (default: threads, or one event loop for `async def`
     workflows), at most `max_workers` at once (default: all); `score` maps each successful
     branch's `RunResult` to a number for `Branches.best`. `budget` (`{"tokens": N}` and/or
-    `{"usd": X}`) stops the fan-out from starting new steps once its own model calls (in
-    this and earlier calls, not the copied prefix's) reach it; `progress` shows a live count
+    `{"usd": X}`) stops the fan-out from starting new steps and branches once its own model
+    calls (in this and earlier calls, not the copied prefix's) reach it, counted before every
+    step and at every branch's end: the calls in flight then finish, so it is passed by at
+    most those; `progress` shows a live count
     of branches and tokens (a notebook widget, a bar on a terminal's stderr).
 
     A branch that fails, suspends, raises or is stopped is a row of `Branches.frame`, never an
