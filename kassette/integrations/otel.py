@@ -24,12 +24,11 @@ from datetime import datetime
 from typing import Any
 
 from kassette._codec import to_json
+from kassette._extras import requires
 from kassette.core import Listener, add_listener, remove_listener
 from kassette.errors import InvalidArgumentError
 
-_HINT = 'kassette.integrations.otel needs the OpenTelemetry SDK: pip install "kassette[otel]"'
-
-try:
+with requires("kassette.integrations.otel"):
     from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
@@ -43,8 +42,6 @@ try:
         StatusCode,
         TraceFlags,
     )
-except ImportError as exc:  # pragma: no cover - exercised in an environment without the extra
-    raise ImportError(f"{_HINT} ({exc})") from exc
 
 
 __all__ = ["instrument", "uninstrument"]
