@@ -1,6 +1,6 @@
 """Journals as OpenTelemetry traces: one trace per run, in OTLP, for any trace viewer.
 
-The spans of a run are `kassette.explore._otlp_spans.RunTrace`'s (the mapping docs/otel.md
+The spans of a run are `kassette._otlp_spans.RunTrace`'s (the mapping docs/otel.md
 tabulates), built from its plain journal entries. This module turns decoded journals (the
 Arrow tables `kx.load` and `kx.export` read) into those entries, and the spans into OTLP:
 - `to_otlp`: one `ExportTraceServiceRequest` as OTLP/JSON (a dict);
@@ -25,7 +25,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.explore._otlp_spans import SCOPE, RunTrace, key_values, version
+from kassette._otlp_spans import SCOPE, RunTrace, key_values, version
 
 __all__ = [
     "REQUEST_BYTES",

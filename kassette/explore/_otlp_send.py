@@ -23,11 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from kassette._otlp_spans import SCOPE, version
 from kassette.errors import InvalidArgumentError, StorageError
 from kassette.explore._bar import Progress
 from kassette.explore._otlp import RUNS_PER_REQUEST, batches, resource_attributes, run_spans
 from kassette.explore._otlp_proto import request_bytes, span_field
-from kassette.explore._otlp_spans import SCOPE, version
 
 __all__ = ["send_otlp"]
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from kassette._llm_calls import LLMCall
-from kassette.explore._otlp_messages import model_call_content
+from kassette._otlp_messages import model_call_content
 
 __all__ = ["content", "json_text", "model_call_attributes"]
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from kassette._codec import parse_moment, to_json
 from kassette._llm_calls import read_llm_result
+from kassette._otlp_calls import content, json_text, model_call_attributes
 from kassette._state import RunState, reduce_entry
-from kassette.explore._otlp_calls import content, json_text, model_call_attributes
 
 __all__ = [
     "SCOPE",
@@ -342,6 +342,19 @@ class RunTrace:
         found += [_json_span(ids, trace, span, []) for span in self._sessions.values()]
         found += [_json_span(ids, trace, span, []) for span in self._spans.values()]
         return found
+
+    def span_id(self, part: str, number: int = 0) -> str:
+        """The id of this run's span `part` (`run`, `session` N, `entry` OFFSET)."""
+        return span_id(self.run_id, self.created_ms, part, number)
+
+    def entry_span(self, offset: int) -> dict[str, Any] | None:
+        """The span of the entry at `offset` as it stands, without building the others: what
+        a live tracer emits as a step ends (None for an entry that has no span)."""
+        span = self._spans.get(offset)
+        if span is None:
+            return None
+        ids = _SpanIds(self.run_id, self.created_ms)
+        return _json_span(ids, trace_id(self.run_id, self.created_ms), span, [])
 
     def _run_attributes(self) -> dict[str, Any]:
         state = self.state
