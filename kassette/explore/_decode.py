@@ -36,6 +36,7 @@ from kassette.codec import (
     too_deep,
 )
 from kassette.explore._llm import run_totals
+from kassette.explore._working import working_columns
 from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
@@ -83,6 +84,9 @@ RUN_SCHEMA = pa.schema(
         pa.field("input_tokens", pa.int64(), nullable=False),
         pa.field("output_tokens", pa.int64(), nullable=False),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # the sum of the run's own sessions, and the gaps between them (_working.py)
+        pa.field("working_s", pa.float64()),
+        pa.field("waiting_s", pa.float64()),
     ]
 )
 
@@ -189,6 +193,7 @@ def with_runs(
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
     calls, given, taken, cost = run_totals(entries, list(run_ids))
     columns += [pa.array(calls), pa.array(given), pa.array(taken), pa.array(cost, from_pandas=True)]
+    columns += working_columns(entries, counts, columns[RUN_SCHEMA.get_field_index("duration_s")])
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 

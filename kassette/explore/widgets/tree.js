@@ -239,7 +239,8 @@ function render({ model, el }) {
       ["version", "version"],
       ["started_at", "started"],
       ["ended_at", "ended"],
-      ["duration_s", "took (s)"],
+      ["working_s", "took (s)"], // the sessions' work, not the idle gaps between them
+      ["waiting_s", "waited (s)"],
       ["sessions", "sessions"],
       ["steps", "steps"],
       ["llm_calls", "model calls"],
