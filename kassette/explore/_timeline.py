@@ -21,6 +21,7 @@ of the notebook.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -66,10 +67,7 @@ def timeline(
     are pale bars up to their resume, and tooltips name the step and its duration. More than
     40 runs are shown 40 at a time, with a page slider above the chart.
     """
-    try:
-        import altair as alt
-    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} ({exc})") from exc
+    alt = import_altair()
     wanted = unique_run_ids(run_ids)
     if wanted is not None:
         known = set(journals.run_ids)
@@ -174,6 +172,29 @@ def _drawn(
     if page is not None:
         chart = chart.add_params(page)
     return chart.interactive(bind_y=False)
+
+
+def import_altair() -> Any:
+    """Altair, imported in about a third of the time when it is the first to need jsonschema.
+
+    jsonschema compiles rfc3987-syntax's 38 grammars when it is imported, if that package is
+    installed (JupyterLab's jupyter-events brings it): about three quarters of Altair's import,
+    5 s on a busy 2-core machine, for an "iri" format check Altair never makes. So while Altair
+    imports jsonschema, that optional module reads as missing; it stays importable afterwards.
+    """
+    if "altair" in sys.modules:
+        return sys.modules["altair"]
+    skip = "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules
+    if skip:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
+    try:
+        import altair
+    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
+        raise ImportError(f"{_HINT} ({exc})") from exc
+    finally:
+        if skip:
+            del sys.modules["rfc3987_syntax"]
+    return altair
 
 
 def with_datasets(chart: Any, **datasets: list[dict[str, Any]]) -> Any:
@@ -306,7 +327,7 @@ class Timeline:
         # the datasets are plain JSON already: Altair need not walk 100,000 values to say so
         datasets, self.chart.datasets = self.chart.datasets, alt.Undefined
         try:
-            spec: dict[str, Any] = self.chart.to_dict()
+            spec: dict[str, Any] = self.chart.to_dict(validate=False)  # tests validate it
         finally:
             self.chart.datasets = datasets
         if datasets is not alt.Undefined:

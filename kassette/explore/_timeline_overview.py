@@ -68,16 +68,11 @@ def bar_count(journals: Any, order: list[str]) -> int:
 def most_recent(journals: Any, order: list[str], count: int) -> list[str]:
     """The `count` runs of `order` that started last, oldest first."""
     runs = journals.to_arrow("runs").select(["run_id", "started_at"])
-    place = {run_id: number for number, run_id in enumerate(order)}
-    pairs = [
-        (started, place[run_id], run_id)
-        for run_id, started in zip(
-            runs.column("run_id").to_pylist(), runs.column("started_at").to_pylist(), strict=True
-        )
-        if run_id in place and started is not None
-    ]
-    pairs.sort()
-    return [run_id for _, _, run_id in pairs[-count:]]
+    if len(order) != len(journals.run_ids):
+        runs = runs.filter(pc.is_in(runs.column("run_id"), pa.array(order, pa.string())))
+    runs = runs.filter(runs.column("started_at").is_valid())
+    latest = pc.sort_indices(runs, sort_keys=[("started_at", "ascending")])  # stable
+    return runs.column("run_id").take(latest[max(len(latest) - count, 0) :]).to_pylist()
 
 
 def activity(journals: Any, order: list[str]) -> Activity | None:
@@ -92,15 +87,16 @@ def activity(journals: Any, order: list[str]) -> Activity | None:
     buckets = (last - first) // size + 1
     bucket = (stamps - first) // size
     # runs: from their first entry to their last; waiting: from a suspend to the next entry
-    run_ids = own.column("run_id").to_numpy(zero_copy_only=False)
+    # the entries are in run order: a run is one stretch of rows (numbered, not compared as text)
+    run_ids = pc.dictionary_encode(own.column("run_id").combine_chunks()).indices.to_numpy()
     starts = np.flatnonzero(np.r_[True, run_ids[1:] != run_ids[:-1]])
     ends = np.r_[starts[1:], len(run_ids)] - 1
     busy = _in_bucket(bucket[starts], bucket[ends], buckets)
-    types = own.column("type").to_numpy(zero_copy_only=False)
-    suspends = np.flatnonzero(types == "suspend")
-    same = suspends + 1 < len(types)
+    is_suspend = pc.equal(own.column("type"), "suspend").to_numpy(zero_copy_only=False)
+    suspends = np.flatnonzero(is_suspend)
+    same = suspends + 1 < len(run_ids)
     same[same] &= run_ids[suspends[same] + 1] == run_ids[suspends[same]]
-    until = np.where(same, np.minimum(suspends + 1, len(types) - 1), -1)
+    until = np.where(same, np.minimum(suspends + 1, len(run_ids) - 1), -1)
     resumed = np.where(same, bucket[until], buckets - 1)  # still waiting: to the end
     waiting = _in_bucket(bucket[suspends], resumed, buckets)
     runs = []
@@ -109,7 +105,7 @@ def activity(journals: Any, order: list[str]) -> Activity | None:
         runs.append({**at, "state": "working", "runs": int(busy[number] - waiting[number])})
         runs.append({**at, "state": "waiting", "runs": int(waiting[number])})
     steps = _steps(own, bucket, first, size)
-    total = int(np.count_nonzero(types == "step"))
+    total = int(pc.sum(pc.equal(own.column("type"), "step")).as_py() or 0)
     return Activity(runs, steps, width, int(own.num_rows), total, len(suspends))
 
 

@@ -149,6 +149,7 @@ def test_timeline_draws_steps_and_waits(storage: MemoryStorage) -> None:
     spec = bundle["application/vnd.vegalite.v5+json"]
     assert spec["$schema"].endswith("vega-lite/v5.json")
     assert len(values(spec)) == 6 and "text/plain" in bundle
+    assert chart.chart.to_dict(validate=True)  # a valid Vega-Lite spec (shown unvalidated)
     with pytest.raises(RunNotFoundError):
         kx.timeline(journals, ["typo"])
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,7 @@ def test_a_timeline_of_10000_runs_aggregates_says_so_and_leaves_under_a_megabyte
     assert len(spec["datasets"]["bars"]) == len(chart.bars) < MOST_BARS
     assert repr(chart).startswith("Timeline: 10000 runs, 272500 steps, 2500 waits, aggregated")
     assert bundle["text/plain"] == repr(chart)
+    assert chart.chart.to_dict(validate=True)  # a valid Vega-Lite spec (shown unvalidated)
 
 
 def test_the_aggregates_count_runs_at_work_and_waiting_and_steps_per_bucket(
@@ -86,3 +89,22 @@ def test_the_aggregates_count_runs_at_work_and_waiting_and_steps_per_bucket(
     assert ended == {("09:20:02", "a"): 1, ("09:20:20", "s"): 1, ("09:21:04", "b"): 1}
     assert (found.step_count, found.waits) == (3, 1)
     assert {bar["run_id"] for bar in chart.bars} == {"waited", "busy"}
+    assert chart.chart.to_dict(validate=True)
+
+
+def test_altair_loads_without_compiling_the_iri_grammars_it_never_uses() -> None:
+    """The first chart of a session imports Altair: jsonschema's optional IRI check (38
+    grammars compiled at import) is left out of it, and stays importable for anyone else."""
+    script = (
+        "import sys\n"
+        "from kassette.explore._timeline import import_altair\n"
+        "alt = import_altair()\n"
+        "assert alt.Chart and 'jsonschema' in sys.modules\n"
+        "assert 'rfc3987_syntax' not in sys.modules, 'compiled'\n"
+        "import importlib.util\n"
+        "print(importlib.util.find_spec('rfc3987_syntax') is not None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() in ("True", "False")  # importable where installed
