@@ -72,7 +72,8 @@ def most_recent(journals: Any, order: list[str], count: int) -> list[str]:
         runs = runs.filter(pc.is_in(runs.column("run_id"), pa.array(order, pa.string())))
     runs = runs.filter(runs.column("started_at").is_valid())
     latest = pc.sort_indices(runs, sort_keys=[("started_at", "ascending")])  # stable
-    return runs.column("run_id").take(latest[max(len(latest) - count, 0) :]).to_pylist()
+    last: list[str] = runs.column("run_id").take(latest[max(len(latest) - count, 0) :]).to_pylist()
+    return last
 
 
 def activity(journals: Any, order: list[str]) -> Activity | None:
