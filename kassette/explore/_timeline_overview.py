@@ -22,7 +22,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.codec import format_timestamp
+from kassette._codec import format_timestamp
 
 __all__ = ["BUCKETS", "MOST_BARS", "Activity", "activity", "bar_count", "charts", "most_recent"]
 

@@ -16,7 +16,7 @@ from test_frames import waited_journal
 
 from kassette import LocalStorage, MemoryStorage, kassette
 from kassette import explore as kx
-from kassette.explore.widgets._tree_data import SAVED_FOREST, TEXT_RUNS
+from kassette.explore._widgets._tree_data import SAVED_FOREST, TEXT_RUNS
 
 SAVED_LIMIT = 100_000  # bytes a view may leave in a notebook
 
