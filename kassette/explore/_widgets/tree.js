@@ -466,7 +466,11 @@ function render({ model, el }) {
     const id = model.get("_forest_id");
     if (model.get("_forest_runs") && asked !== id) {
       asked = id;
-      model.send({ kind: "forest", id });
+      try {
+        model.send({ kind: "forest", id });
+      } catch (error) {
+        // a saved notebook opened without its kernel: the count says to run the cell
+      }
     }
     return {};
   }
