@@ -314,6 +314,10 @@ def test_the_search_filters_on_numbers_and_names_an_unknown_one(page: Page, tmp_
         assert 0 < len(wanted) < len(ids), query
         expect(count).to_have_text(f"{len(wanted)} of {len(ids)} runs")
         assert shown(page) == wanted, query
+    loose = (
+        "() => [...document.querySelector('.kx-details').childNodes].filter(n => n.nodeType === 3)"
+    )
+    assert page.evaluate(f"{loose}.map(n => n.textContent)") == []  # no stray "null" text
     search.fill("temperature>0.7")
     expect(count).to_have_text("5 of 22 runs")  # 0.75, 0.8, 0.85, 0.9, 0.95
     page.screenshot(path=tmp_path / "tree-search-temperature.png")

@@ -411,7 +411,8 @@ function render({ model, el }) {
         ),
       ),
     );
-    details.append(conversationPanel(model), h("table", { class: "kx-entries" }, h("thead", {}, head), body));
+    const conversation = conversationPanel(model); // null when no model call is open: not "null"
+    details.append(...(conversation ? [conversation] : []), h("table", { class: "kx-entries" }, h("thead", {}, head), body));
   }
 
   forest.addEventListener("scroll", () => requestAnimationFrame(() => drawRows()));
