@@ -59,6 +59,12 @@ def test_a_timeline_of_10000_runs_aggregates_says_so_and_leaves_under_a_megabyte
     assert repr(chart).startswith("Timeline: 10000 runs, 272500 steps, 2500 waits, aggregated")
     assert bundle["text/plain"] == repr(chart)
     assert chart.chart.to_dict(validate=True)  # a valid Vega-Lite spec (shown unvalidated)
+    some = journals.run_ids[1000:1500]  # 500 runs, still too many bars: only theirs counted
+    part = kx.timeline(journals, some)
+    assert part.aggregated and part.activity is not None and part.runs == 500
+    mine = journals.entries[journals.entries["run_id"].isin(some)]
+    assert part.activity.step_count == int((mine["type"] == "step").sum())
+    assert {bar["run_id"] for bar in part.bars} == set(some[-40:])
 
 
 def test_the_aggregates_count_runs_at_work_and_waiting_and_steps_per_bucket(
