@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 import pyarrow as pa
@@ -27,6 +27,9 @@ from kassette.explore._read import existing_storage, oldest_first, read_batches,
 from kassette.explore._refresh import refreshed, stamps_before_reading
 from kassette.explore._table import frame_html, frame_text
 from kassette.storage import Storage
+
+if TYPE_CHECKING:
+    from kassette.explore._experiment_result import Experiment
 
 __all__ = ["ENTRY_SCHEMA", "LLM_CALL_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
@@ -78,6 +81,14 @@ class Journals:
         records them): `run_id, offset, step_id, model, input_tokens, output_tokens,
         total_tokens, duration_ms, copied` (a fork's copy of its source's call)."""
         return self._frame("llm_calls")
+
+    @property
+    def experiments(self) -> dict[str, Experiment]:
+        """The experiments (`kx.experiment`) these runs hold, by name, reopened from the
+        storage without running anything."""
+        from kassette.explore._experiment_result import experiments_in
+
+        return experiments_in(self)
 
     def sql(self, query: str) -> pd.DataFrame:
         """Run DuckDB SQL over the `runs`, `entries` and `llm_calls` tables (scanned in place,
