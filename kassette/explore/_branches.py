@@ -259,11 +259,11 @@ class Branches:
 
     def _source_params(self) -> dict[str, Any]:
         if self._params_of_source is None:
-            self._params_of_source = _params_of(self._storage(), self.source)
+            self._params_of_source = params_of(self._storage(), self.source)
         return self._params_of_source
 
 
-def _params_of(storage: Any, run_id: str) -> dict[str, Any]:
+def params_of(storage: Any, run_id: str) -> dict[str, Any]:
     """The params a run was started (or forked) with; `{}` when none."""
     return dict(read_journal(storage, run_id).state.params or {})
 
@@ -319,7 +319,7 @@ def fan_out(
     """
     if not isinstance(workflow, Workflow | AsyncWorkflow):
         raise InvalidArgumentError(f"fan_out needs a kassette workflow, not {workflow!r}")
-    if executor is not None and not isinstance(executor, Executor) and not _is_executor(executor):
+    if executor is not None and not isinstance(executor, Executor) and not is_executor(executor):
         raise InvalidArgumentError(
             f"executor must be a concurrent.futures.Executor (or Dask's), not {executor!r}"
         )
@@ -342,7 +342,7 @@ def fan_out(
     ]
     _check_branches(branches, kind, base)
     if isinstance(executor, ProcessPoolExecutor):
-        _check_picklable(branches[0])
+        check_picklable(branches[0])
     board = Board(len(branches))
     stop = Stop(across_processes=executor is not None)
     abandoned = True  # until run_all says otherwise: a stop flag must outlive its readers
@@ -360,7 +360,7 @@ def fan_out(
     return found
 
 
-def _is_executor(executor: object) -> bool:
+def is_executor(executor: object) -> bool:
     """Dask's `ClientExecutor` is an `Executor`; anything else with `submit` works as well."""
     return callable(getattr(executor, "submit", None))
 
@@ -447,7 +447,7 @@ def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
                 run_id=branch.run_id,
             )
         if source_params is None:
-            source_params = _params_of(branch.workflow.storage, branch.source)
+            source_params = params_of(branch.workflow.storage, branch.source)
         found = _difference(journal, source_params, branch.workflow.version)
         wanted = _difference_of(branch, kind, source_params)
         if found != wanted:
@@ -515,7 +515,7 @@ def _edited_value(journal: Any) -> tuple[Any] | None:
     return None
 
 
-def _check_picklable(branch: Branch) -> None:
+def check_picklable(branch: Branch) -> None:
     import pickle
 
     try:

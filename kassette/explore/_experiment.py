@@ -33,16 +33,18 @@ from typing import Any
 
 import pandas as pd
 
-from kassette.codec import check_json
+from kassette._codec import check_json
+from kassette._engine import RunResult
+from kassette._fork import plan_fork
+from kassette._workflow import AsyncWorkflow, Workflow, kassette
 from kassette.core import read_journal, run_status
-from kassette.engine import RunResult
 from kassette.errors import (
+    InputMismatchError,
     InvalidArgumentError,
-    MetadataMismatchError,
     RunExistsError,
     RunNotFoundError,
 )
-from kassette.explore._branches import _check_picklable, _is_executor, _params_of
+from kassette.explore._branches import check_picklable, is_executor, params_of
 from kassette.explore._experiment_result import (
     EXPERIMENT_VERSION,
     RECORDED,
@@ -65,8 +67,6 @@ from kassette.explore._running import (
 )
 from kassette.explore._sequential import Decided
 from kassette.explore._stats import require_stats
-from kassette.fork import plan_fork
-from kassette.workflow import AsyncWorkflow, Workflow, kassette
 
 __all__ = ["ExperimentInterrupted", "Variant", "experiment"]
 
@@ -174,8 +174,21 @@ def experiment(
     the branches at step boundaries and raises `ExperimentInterrupted`.
     """
     require_stats()
-    plan = _plan(workflow, runs, step, variants, baseline, repeats, score, name, cluster,
-                 stop_when, seed, executor, max_workers)
+    plan = _plan(
+        workflow,
+        runs,
+        step,
+        variants,
+        baseline,
+        repeats,
+        score,
+        name,
+        cluster,
+        stop_when,
+        seed,
+        executor,
+        max_workers,
+    )
     storage = workflow.storage
     run_id = experiment_run_id(name)
     status = _experiment_status(storage, run_id)
@@ -185,14 +198,14 @@ def experiment(
     if status is None:
         _check_new_branches(storage, plan.branches)
     limit = Budget.of(budget)
-    runner = kassette(
+    runner: Workflow[Any, Any] = kassette(
         lambda ctx, design: _run(ctx, plan, executor, max_workers, limit, progress),
         storage=storage,
         version=EXPERIMENT_VERSION,
     )
     try:
         runner.start(plan.design, run_id=run_id)
-    except MetadataMismatchError as exc:
+    except InputMismatchError as exc:
         raise _another_design(name) from exc
     except _Unfinished:
         pass
@@ -330,7 +343,9 @@ def _mean_score(plan: _Plan, source: str, variant: str, scores: Mapping[str, Any
         value = scores.get(source)
         return None if value is None else float(value)
     name = plan.design["name"]
-    values = [scores.get(branch_run_id(name, source, variant, r)) for r in range(plan.design["repeats"])]
+    values = [
+        scores.get(branch_run_id(name, source, variant, r)) for r in range(plan.design["repeats"])
+    ]
     present = [float(v) for v in values if v is not None]
     return sum(present) / len(present) if present else None
 
@@ -365,8 +380,10 @@ def _plan(
         raise InvalidArgumentError(f"score must be a function of a RunResult, not {score!r}")
     if stop_when is not None and not isinstance(stop_when, Decided):
         raise InvalidArgumentError(f"stop_when must be kx.decided(alpha), not {stop_when!r}")
-    if executor is not None and not _is_executor(executor):
-        raise InvalidArgumentError(f"executor must be a concurrent.futures.Executor, not {executor!r}")
+    if executor is not None and not is_executor(executor):
+        raise InvalidArgumentError(
+            f"executor must be a concurrent.futures.Executor, not {executor!r}"
+        )
     if max_workers is not None and (type(max_workers) is not int or max_workers < 1):
         raise InvalidArgumentError(f"max_workers must be an int >= 1, not {max_workers!r}")
     if type(seed) is not int:
@@ -379,7 +396,9 @@ def _plan(
         try:
             offsets[source] = plan_fork(storage, source, None, step).offset
         except RunNotFoundError as exc:
-            raise InvalidArgumentError(f"source run {source} does not exist", run_id=source) from exc
+            raise InvalidArgumentError(
+                f"source run {source} does not exist", run_id=source
+            ) from exc
     order = random.Random(seed).sample(sources, len(sources))
     design: dict[str, Any] = {
         "name": name,
@@ -406,7 +425,7 @@ def _plan(
             params = None
             if arm.params is not None:
                 if source not in source_params:
-                    source_params[source] = _params_of(storage, source)
+                    source_params[source] = params_of(storage, source)
                 params = {**source_params[source], **arm.params}
             for repeat in range(repeats):
                 run_id = branch_run_id(name, source, variant, repeat)
@@ -423,9 +442,16 @@ def _plan(
                 )
                 keys.append((source, variant, repeat))
     if branches and isinstance(executor, ProcessPoolExecutor):
-        _check_picklable(branches[0])
-    return _Plan(design, {k: v for k, v in arms.items() if k != RECORDED}, branches, keys,
-                 order, score, stop_when)
+        check_picklable(branches[0])
+    return _Plan(
+        design,
+        {k: v for k, v in arms.items() if k != RECORDED},
+        branches,
+        keys,
+        order,
+        score,
+        stop_when,
+    )
 
 
 def _sources(runs: Sequence[str] | pd.DataFrame) -> list[str]:
@@ -547,4 +573,3 @@ def _check_new_branches(storage: Any, branches: Sequence[Branch]) -> None:
                 f"{branch.run_id} exists and is not this experiment's branch: pass another name",
                 run_id=branch.run_id,
             )
-

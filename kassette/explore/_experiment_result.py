@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from kassette._engine import RunResult
 from kassette.core import read_journal
-from kassette.engine import RunResult
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore._running import Board, Halted, Raised
 from kassette.explore._stats import power_table, summarize
@@ -27,7 +27,7 @@ from kassette.explore._stats import power_table, summarize
 if TYPE_CHECKING:
     from kassette.explore._frames import Journals
     from kassette.explore._progress import Budget
-    from kassette.explore.widgets import CompareView
+    from kassette.explore._widgets import CompareView
 
 __all__ = ["Experiment"]
 
@@ -147,30 +147,36 @@ class Experiment:
         """Per variant: `detectable_effect` (the smallest difference these pairs detect with
         `power`) and `runs_needed` (source runs to detect `effect`, default the observed
         difference), from the spread of the per-source differences."""
-        return power_table(self.frame, baseline=self.baseline, effect=effect, alpha=alpha,
-                           power=power)
+        return power_table(
+            self.frame, baseline=self.baseline, effect=effect, alpha=alpha, power=power
+        )
 
     def compare(self, variant: str, *, pairs: int = 3) -> CompareView:
         """A `CompareView` of the `pairs` source runs where `variant` and the baseline differ
         most: each baseline run beside the variant's branch (the first repeat)."""
         from kassette.explore._frames import load
-        from kassette.explore.widgets import CompareView
+        from kassette.explore._widgets import CompareView
 
         if variant not in self.variants or variant == self.baseline:
             raise InvalidArgumentError(
                 f"variant must be one of {self.variants[1:]}, not {variant!r}"
             )
         frame = self.frame[self.frame["score"].notna()]
-        means = frame.assign(score=frame["score"].astype("float64")).groupby(
-            ["source_run_id", "variant"]
-        )["score"].mean().unstack("variant")
+        means = (
+            frame.assign(score=frame["score"].astype("float64"))
+            .groupby(["source_run_id", "variant"])["score"]
+            .mean()
+            .unstack("variant")
+        )
         gaps = (means[variant] - means[self.baseline]).abs().dropna()
         chosen = gaps.sort_values(ascending=False, kind="stable").index[:pairs]
         run_ids = []
         for source in chosen:
             run_ids += [self._first_run(source, self.baseline), self._first_run(source, variant)]
         if not run_ids:
-            raise InvalidArgumentError(f"no source run has scores for both {variant!r} and the baseline")
+            raise InvalidArgumentError(
+                f"no source run has scores for both {variant!r} and the baseline"
+            )
         return CompareView(load(self.storage, run_ids=run_ids), run_ids, baseline=run_ids[0])
 
     def forest(self, alpha: float = 0.05) -> Any:
@@ -191,23 +197,49 @@ class Experiment:
             }
             for row in summary.itertuples()
         ]
-        data = alt.Data(values=records)
+        data = alt.InlineData(values=records)
         y = alt.Y("variant:N", sort=None, title=None)
         x_title = f"difference from {self.baseline} ({100 * (1 - alpha):g}% interval)"
-        rules = alt.Chart(data).mark_rule(strokeWidth=2).encode(
-            x=alt.X("ci_low:Q", title=x_title), x2="ci_high:Q", y=y,
-            color=alt.Color("significant:N", legend=None,
-                            scale=alt.Scale(domain=[False, True], range=["#6b7280", "#2563eb"])),
+        rules = (
+            alt.Chart(data)
+            .mark_rule(strokeWidth=2)
+            .encode(
+                x=alt.X("ci_low:Q", title=x_title),
+                x2="ci_high:Q",
+                y=y,
+                color=alt.Color(
+                    "significant:N",
+                    legend=None,
+                    scale=alt.Scale(domain=[False, True], range=["#6b7280", "#2563eb"]),
+                ),
+            )
         )
-        points = alt.Chart(data).mark_point(filled=True, size=70).encode(
-            x="difference:Q", y=y,
-            color=alt.Color("significant:N", legend=None,
-                            scale=alt.Scale(domain=[False, True], range=["#6b7280", "#2563eb"])),
-            tooltip=["variant:N", "difference:Q", "ci_low:Q", "ci_high:Q", "p_holm:Q", "pairs:Q"],
+        points = (
+            alt.Chart(data)
+            .mark_point(filled=True, size=70)
+            .encode(
+                x="difference:Q",
+                y=y,
+                color=alt.Color(
+                    "significant:N",
+                    legend=None,
+                    scale=alt.Scale(domain=[False, True], range=["#6b7280", "#2563eb"]),
+                ),
+                tooltip=[
+                    "variant:N",
+                    "difference:Q",
+                    "ci_low:Q",
+                    "ci_high:Q",
+                    "p_holm:Q",
+                    "pairs:Q",
+                ],
+            )
         )
-        zero = alt.Chart(alt.Data(values=[{"zero": 0}])).mark_rule(
-            strokeDash=[4, 3], color="#111827"
-        ).encode(x="zero:Q")
+        zero = (
+            alt.Chart(alt.InlineData(values=[{"zero": 0}]))
+            .mark_rule(strokeDash=[4, 3], color="#111827")
+            .encode(x="zero:Q")
+        )
         height = max(60, 28 * len(records))
         return (zero + rules + points).properties(width=420, height=height, title=self.name)
 
@@ -226,7 +258,11 @@ class Experiment:
             text = f"decided after {self.decided_after} of {sources} runs"
         else:
             text = f"{ran} of {len(branches)} branches done"
-        text += f", {spent}" if budget is None or math.isinf(budget.usd) else f", {spent} of ${budget.usd:g}"
+        text += (
+            f", {spent}"
+            if budget is None or math.isinf(budget.usd)
+            else f", {spent} of ${budget.usd:g}"
+        )
         if budget is not None and not math.isinf(budget.tokens):
             text += f", {int(frame['tokens'].sum()):,} of {int(budget.tokens):,} tokens"
         if self.decided_after is not None:
@@ -234,7 +270,9 @@ class Experiment:
         stopped = int((branches["status"] == STOPPED).sum())
         if stopped:
             why = self._live.stopped_by if self._live is not None else None
-            text += f"; {stopped} stopped" + (f" by {why}" if why else "") + ": call again to continue"
+            text += (
+                f"; {stopped} stopped" + (f" by {why}" if why else "") + ": call again to continue"
+            )
         if self._live is not None and self._live.score_errors:
             text += f"; {len(self._live.score_errors)} scores raised: call again to retry"
         return text
@@ -284,12 +322,16 @@ class Experiment:
                     rows.append((source, variant, 0, source))
                     continue
                 for repeat in range(design["repeats"]):
-                    rows.append((source, variant, repeat, branch_run_id(self.name, source, variant, repeat)))
+                    rows.append(
+                        (source, variant, repeat, branch_run_id(self.name, source, variant, repeat))
+                    )
         frame = pd.DataFrame(rows, columns=["source_run_id", "variant", "repeat", "run_id"])
         branch_ids = [r for (_, v, _, r) in rows if v != RECORDED]
         existing = [r for r in branch_ids if self.storage.read(r) is not None]
         runs = load(self.storage, run_ids=existing).runs.set_index("run_id") if existing else None
-        status, cost, tokens = [], [], []
+        status: list[str] = []
+        cost: list[float | None] = []
+        tokens: list[int] = []
         for source, variant, _, run_id in rows:
             if variant == RECORDED:
                 recorded = _source_status(self.storage, source)
@@ -311,8 +353,9 @@ class Experiment:
         if present and all(isinstance(v, bool) for v in present):
             frame["score"] = pd.array(values, dtype="boolean")
         else:
-            frame["score"] = pd.Series([math.nan if v is None else float(v) for v in values],
-                                       dtype="float64")
+            frame["score"] = pd.Series(
+                [math.nan if v is None else float(v) for v in values], dtype="float64"
+            )
         frame["cost_usd"] = pd.array(cost, dtype="Float64")
         frame["tokens"] = pd.array(tokens, dtype="Int64")
         if design.get("clusters"):
@@ -386,8 +429,11 @@ def _summary_html(summary: pd.DataFrame, baseline: str) -> str:
     body = []
     for row in summary.itertuples():
         significant = not math.isnan(row.p_holm) and row.p_holm < 0.05
-        colour = "#15803d" if significant and row.difference > 0 else (
-            "#b91c1c" if significant else "inherit")
+        colour = (
+            "#15803d"
+            if significant and row.difference > 0
+            else ("#b91c1c" if significant else "inherit")
+        )
         body.append(
             "<tr>"
             f"<td><b>{html.escape(str(row.variant))}</b></td><td>{row.pairs}</td>"
@@ -421,7 +467,7 @@ def _p(value: float) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def experiments_in(journals: Journals) -> dict[str, Experiment]:
+def experiments_in(journals: Journals) -> dict[str, Any]:
     """The experiments whose runs `journals` holds, by name, reopened from its storage."""
     if journals.storage is None:
         raise InvalidArgumentError("these journals were not loaded from a storage")
@@ -432,3 +478,12 @@ def experiments_in(journals: Journals) -> dict[str, Experiment]:
         if isinstance(design, dict) and "name" in design:
             found[str(design["name"])] = Experiment(journals.storage, design, live=None)
     return found
+
+
+def _register() -> None:
+    import kassette.explore._frames as frames
+
+    frames.EXPERIMENTS_READER = experiments_in
+
+
+_register()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
@@ -28,12 +28,13 @@ from kassette.explore._refresh import refreshed, stamps_before_reading
 from kassette.explore._table import frame_html, frame_text
 from kassette.storage import Storage
 
-if TYPE_CHECKING:
-    from kassette.explore._experiment_result import Experiment
-
 __all__ = ["ENTRY_SCHEMA", "LLM_CALL_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
 Table = Literal["entries", "runs", "llm_calls"]
+# what `Journals.experiments` calls: set once, by kassette.explore._experiment_result, which
+# builds on these frames (an experiment reads its branches through `load`), so this module
+# cannot import it
+EXPERIMENTS_READER: Callable[[Journals], dict[str, Any]] | None = None
 _JSON_COLUMNS = ("params", "input", "result")  # JSON text: cut narrower than other columns
 
 
@@ -83,12 +84,12 @@ class Journals:
         return self._frame("llm_calls")
 
     @property
-    def experiments(self) -> dict[str, Experiment]:
+    def experiments(self) -> dict[str, Any]:
         """The experiments (`kx.experiment`) these runs hold, by name, reopened from the
-        storage without running anything."""
-        from kassette.explore._experiment_result import experiments_in
-
-        return experiments_in(self)
+        storage without running anything: name -> `kx.Experiment`."""
+        if EXPERIMENTS_READER is None:  # pragma: no cover - kassette.explore registers it
+            raise RuntimeError("import kassette.explore to read experiments")
+        return EXPERIMENTS_READER(self)
 
     def sql(self, query: str) -> pd.DataFrame:
         """Run DuckDB SQL over the `runs`, `entries` and `llm_calls` tables (scanned in place,

@@ -13,15 +13,16 @@ in place of the known one, which makes it an asymptotic confidence sequence (Wau
 Arnold, Wu, Chen and Ramdas 2024, "Time-uniform central limit theory and asymptotic
 confidence sequences", Annals of Statistics 52(6), Theorem 2.2):
 
-    mean_n ± s_n * sqrt( 2 (n ρ² + 1) / (n² ρ²) * log( sqrt(n ρ² + 1) / α ) )
+    mean_n ± s_n * sqrt( 2 (n r + 1) / (n² r) * log( sqrt(n r + 1) / alpha ) )
 
-where ρ² = (-2 log α + log(-2 log α + 1)) / N makes the sequence tightest at N, the number of
-source runs planned (Howard et al. 2021, section 3.5). No maintained Python package installs
-for this (confseq ships only a source archive needing a C++ toolchain and Boost; `expectation`
-on PyPI is a placeholder), so the formula is written here, once. Several variants share
-alpha by Bonferroni (alpha / variants each), so the chance that any of them is wrongly
-decided stays at alpha. The plug-in standard deviation is unsteady over the first few pairs,
-so nothing is decided before `MIN_PAIRS` pairs (the tests simulate the resulting error rate).
+where r = rho² = (-2 log alpha + log(-2 log alpha + 1)) / N makes the sequence tightest at N,
+the number of source runs planned (Howard et al. 2021, section 3.5). No maintained Python
+package installs for this (confseq ships only a source archive needing a C++ toolchain
+and Boost; `expectation` on PyPI is a placeholder), so the formula is written here, once.
+Several variants share alpha by Bonferroni (alpha / variants each), so the chance that any of
+them is wrongly decided stays at alpha. The plug-in standard deviation is unsteady over the
+first few pairs, so nothing is decided before `MIN_PAIRS` pairs (the tests simulate the
+resulting error rate).
 """
 
 from __future__ import annotations

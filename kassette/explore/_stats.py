@@ -118,8 +118,13 @@ def summarize(
     rows = []
     for variant in variants:
         pair = wide[[baseline, variant]].dropna()
-        row = _compare(pair[baseline].to_numpy(), pair[variant].to_numpy(), boolean, alpha,
-                       None if clusters is None else clusters.reindex(pair.index).to_numpy())
+        row = _compare(
+            pair[baseline].to_numpy(),
+            pair[variant].to_numpy(),
+            boolean,
+            alpha,
+            None if clusters is None else clusters.reindex(pair.index).to_numpy(),
+        )
         row["variant"] = variant
         row["cost_usd"] = _cost(scores, variant)
         rows.append(row)

@@ -42,7 +42,9 @@ def calls(root: Path) -> list[tuple[str, str]]:
     path = root / "calls.log"
     if not path.exists():
         return []
-    return [(run_id, step) for run_id, step in (line.split() for line in path.read_text().splitlines())]
+    return [
+        (run_id, step) for run_id, step in (line.split() for line in path.read_text().splitlines())
+    ]
 
 
 def ticket(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:

@@ -24,11 +24,22 @@ def test_an_experiment_pairs_variants_with_the_recorded_baseline_and_a_recall_ru
     found = run_experiment(tmp_path)
     frame = found.frame
     assert list(frame.columns) == [
-        "source_run_id", "variant", "repeat", "run_id", "status", "score", "cost_usd", "tokens",
+        "source_run_id",
+        "variant",
+        "repeat",
+        "run_id",
+        "status",
+        "score",
+        "cost_usd",
+        "tokens",
     ]
     assert len(frame) == SOURCES * (1 + 2 * 2)
     assert set(frame["variant"]) == {"recorded", "boosted", "same"}
-    assert frame.loc[frame["variant"] == "boosted", "run_id"].str.match(r"exp\.T\d{3}\.boosted\.[01]").all()
+    assert (
+        frame.loc[frame["variant"] == "boosted", "run_id"]
+        .str.match(r"exp\.T\d{3}\.boosted\.[01]")
+        .all()
+    )
     summary = found.summary()
     assert list(summary["variant"]) == ["boosted", "same"]
     boosted = summary.set_index("variant").loc["boosted"]
@@ -64,10 +75,16 @@ def test_a_control_baseline_an_edited_result_and_other_code_are_variants(tmp_pat
     frame = found.frame.set_index(["source_run_id", "variant"])
     assert "recorded" not in set(found.frame["variant"])
     assert (frame.xs("edited", level="variant")["score"] == 0.99).all()
-    drafts = Counter(step for run_id, step in calls(tmp_path) if run_id.startswith("kinds.") and ".edited." in run_id)
+    drafts = Counter(
+        step
+        for run_id, step in calls(tmp_path)
+        if run_id.startswith("kinds.") and ".edited." in run_id
+    )
     assert drafts["draft"] == 0  # an edited result is not run
     summary = found.summary().set_index("variant")
-    assert summary.loc["other", "difference"] == pytest.approx(1.0, abs=0.15)  # noise sd 0.1 per run
+    assert summary.loc["other", "difference"] == pytest.approx(
+        1.0, abs=0.15
+    )  # noise sd 0.1 per run
     assert found.variants == ["control", "edited", "other"]
 
 
@@ -125,11 +142,24 @@ def test_another_design_under_a_used_name_is_refused_before_anything_runs(tmp_pa
     kx.experiment(workflow(tmp_path), sources, variants={"a": {"boost": 1}}, **run_experiment_args)
     before = len(calls(tmp_path))
     with pytest.raises(InvalidArgumentError, match="another design"):
-        kx.experiment(workflow(tmp_path), sources, variants={"a": {"boost": 2}}, **run_experiment_args)
+        kx.experiment(
+            workflow(tmp_path), sources, variants={"a": {"boost": 2}}, **run_experiment_args
+        )
     with pytest.raises(InvalidArgumentError, match="no step 'nope'"):
-        kx.experiment(workflow(tmp_path), sources, variants={"a": {}}, **{**run_experiment_args, "step": "nope", "name": "y"})
+        kx.experiment(
+            workflow(tmp_path),
+            sources,
+            variants={"a": {}},
+            **{**run_experiment_args, "step": "nope", "name": "y"},
+        )
     with pytest.raises(InvalidArgumentError, match="baseline"):
-        kx.experiment(workflow(tmp_path), sources, variants={"a": {}}, baseline="b", **{**run_experiment_args, "name": "z"})
+        kx.experiment(
+            workflow(tmp_path),
+            sources,
+            variants={"a": {}},
+            baseline="b",
+            **{**run_experiment_args, "name": "z"},
+        )
     assert len(calls(tmp_path)) == before
 
 
@@ -147,7 +177,13 @@ def test_a_score_that_raises_is_retried_by_the_next_call_and_never_recomputed_on
             raise ConnectionError("judge unavailable")
         return float(result.result["quality"])  # type: ignore[attr-defined]
 
-    options = {"step": "draft", "variants": {"a": {"boost": 1}}, "score": judge, "name": "j", "progress": False}
+    options = {
+        "step": "draft",
+        "variants": {"a": {"boost": 1}},
+        "score": judge,
+        "name": "j",
+        "progress": False,
+    }
     first = kx.experiment(workflow(tmp_path), sources, **options)
     assert "1 scores raised" in first.status_line()
     assert first.frame["score"].isna().sum() == 1
@@ -169,7 +205,14 @@ def test_the_experiment_in_a_cell_shows_the_summary_and_a_forest_plot(tmp_path: 
     assert layers[0]["mark"]["type"] == "rule" and layers[0]["data"]["values"] == [{"zero": 0}]
     assert [v["variant"] for v in spec["layer"][1]["data"]["values"]] == ["boosted", "same"]
     power = found.power()
-    assert list(power.columns) == ["variant", "pairs", "sd", "effect", "detectable_effect", "runs_needed"]
+    assert list(power.columns) == [
+        "variant",
+        "pairs",
+        "sd",
+        "effect",
+        "detectable_effect",
+        "runs_needed",
+    ]
     assert power.set_index("variant").loc["boosted", "runs_needed"] <= SOURCES
 
 
@@ -191,7 +234,9 @@ def test_the_run_tree_puts_each_branch_under_its_source(tmp_path: Path) -> None:
     forest = kx.lineage(kx.load(tmp_path / "journals"))
     children = {node.run_id: {child.run_id for child in node.children} for node in forest}
     for source in ("T000", "T003", "T007"):
-        assert children[source] == {f"exp.{source}.{v}.{r}" for v in ("boosted", "same") for r in (0, 1)}
+        assert children[source] == {
+            f"exp.{source}.{v}.{r}" for v in ("boosted", "same") for r in (0, 1)
+        }
     runs = kx.load(tmp_path / "journals").runs.set_index("run_id")
     branches = runs[runs.index.str.match(r"exp\.T")]
     assert (branches["parent_run_id"] == branches.index.str.split(".").str[1]).all()

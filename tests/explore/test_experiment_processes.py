@@ -32,7 +32,10 @@ BRANCHES = SOURCES * 2 * 2
 
 
 def _child(root: Path, mode: str) -> subprocess.Popen[str]:
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import experiment_support; experiment_support.main()"
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); "
+        "import experiment_support; experiment_support.main()"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen(
         [sys.executable, "-c", code, str(root), mode],
@@ -47,7 +50,10 @@ def _child(root: Path, mode: str) -> subprocess.Popen[str]:
 def _wait_for(root: Path, step: str, count: int, child: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + WAIT_LIMIT_S
     while time.monotonic() < deadline:
-        if sum(1 for run_id, name in calls(root) if name == step and run_id.startswith("exp.")) >= count:
+        if (
+            sum(1 for run_id, name in calls(root) if name == step and run_id.startswith("exp."))
+            >= count
+        ):
             return
         if child.poll() is not None:
             raise AssertionError(f"child ended early: {child.communicate()}")
