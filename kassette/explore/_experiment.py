@@ -8,9 +8,10 @@ run at `step` once per (variant, repeat), runs the branches through the fan-out'
 
 The experiment is itself a kassette run, `NAME.experiment`, on the workflow's storage: its
 input is the design (source runs, step, variants, repeats, baseline, score name, clusters,
-order, stop rule) and each score is one of its steps, `score:BRANCH_RUN_ID`. So a score (an LLM
-judge's included) is computed once: calling again replays it, and nothing re-bills. Branch
-`i` of source `S` for variant `V` is run `NAME.S.V.i`, so calling again with the same name
+order, stop rule) and each score is one of its steps (`score:SOURCE/BRANCH_RUN_ID/score`, one
+parallel block per source run). So a score (an LLM judge's included) is computed once:
+calling again replays it, and nothing re-bills. Branch `i` of source `S` for variant `V` is
+run `NAME.S.V.i`, so calling again with the same name
 forks nothing twice and only continues what an interrupt, a budget or a crash left open;
 a finished experiment's run is completed and a re-call runs nothing. `kx.load(store)
 .experiments` reopens experiments from the store alone (`kassette.explore._experiment_result`).
@@ -129,6 +130,7 @@ class _Part(Board):
 class _Plan:
     """Everything an experiment call needs, checked before anything is written."""
 
+    workflow: AnyWorkflow
     design: dict[str, Any]
     arms: dict[str, Variant]  # the variants that are branches (the baseline's too unless recorded)
     branches: list[Branch]
@@ -173,7 +175,7 @@ def experiment(
     Another design under a used name raises `InvalidArgumentError`. A `KeyboardInterrupt` stops
     the branches at step boundaries and raises `ExperimentInterrupted`.
     """
-    require_stats()
+    require_stats(imported=False)
     plan = _plan(
         workflow,
         runs,
@@ -280,23 +282,39 @@ def _score(
     ended: Sequence[tuple[int, Outcome | None]],
     scores: dict[str, Any],
 ) -> None:
-    """Score this batch's branches (and, for a recorded baseline, its source runs), each as a
-    step of the experiment's run: a replayed score is not computed again."""
-    if plan.design["baseline"] == RECORDED:
-        for source in sources:
-            recorded = RunResult.from_status(run_status(plan.branches[0].workflow.storage, source))
-            _score_one(ctx, plan, source, recorded, scores)
+    """Score this batch's branches: per source run, one parallel block `score:SOURCE` of the
+    experiment's run whose branches (one per branch run, and the source itself for a recorded
+    baseline) each journal one step `score`. The scores of a source run are computed
+    concurrently (an LLM judge waits in parallel) and their appends share a group commit; a
+    replayed score is not computed again. A source run with a branch that did not end (it
+    was stopped, or raised) is scored by the call that finishes it."""
+    storage = plan.workflow.storage
+    by_source: dict[str, dict[str, Outcome | None]] = {source: {} for source in sources}
     for index, outcome in ended:
-        if isinstance(outcome, RunResult):
-            _score_one(ctx, plan, plan.branches[index].run_id, outcome, scores)
+        by_source[plan.branches[index].source][plan.branches[index].run_id] = outcome
+    for source in sources:
+        outcomes = by_source[source]
+        if plan.design["baseline"] == RECORDED:
+            outcomes = {source: RunResult.from_status(run_status(storage, source)), **outcomes}
+        if not all(isinstance(outcome, RunResult) for outcome in outcomes.values()):
+            continue
+        blocks = {run_id: _scorer(plan, outcome) for run_id, outcome in outcomes.items()}
+        found = ctx.parallel(blocks, name=f"{SCORE_STEP}{source}")
+        for run_id, value in found.items():
+            if isinstance(value, _ScoreFailed):
+                plan.live.score_errors[run_id] = value.error
+            else:
+                scores[run_id] = value
 
 
-def _score_one(
-    ctx: Any, plan: _Plan, run_id: str, outcome: RunResult | None, scores: dict[str, Any]
-) -> None:
-    if outcome is None:  # a running source run: no result to score
-        return
+@dataclass(frozen=True)
+class _ScoreFailed:
+    """A score function that raised: nothing journaled, so a re-call scores it again."""
 
+    error: str
+
+
+def _scorer(plan: _Plan, outcome: Any) -> Callable[[Any], Any]:
     def compute() -> float | bool | None:
         if outcome.status != "success":
             return None
@@ -306,10 +324,13 @@ def _score_one(
         number = float(value)
         return number if math.isfinite(number) else None
 
-    try:
-        scores[run_id] = ctx.step(f"{SCORE_STEP}{run_id}", compute)
-    except Exception as exc:  # nothing journaled: a re-call scores it again
-        plan.live.score_errors[run_id] = f"{type(exc).__name__}: {exc}"
+    def branch(context: Any) -> Any:
+        try:
+            return context.step("score", compute)
+        except Exception as exc:
+            return _ScoreFailed(f"{type(exc).__name__}: {exc}")
+
+    return branch
 
 
 def _decide(plan: _Plan, done: int, scores: Mapping[str, Any]) -> None:
@@ -444,6 +465,7 @@ def _plan(
     if branches and isinstance(executor, ProcessPoolExecutor):
         check_picklable(branches[0])
     return _Plan(
+        workflow,
         design,
         {k: v for k, v in arms.items() if k != RECORDED},
         branches,

@@ -2,8 +2,8 @@
 
 An `Experiment` is what `kx.experiment` returns and what `kx.load(store).experiments` reopens:
 both read the same journals (the experiment's own run `NAME.experiment`, whose input is the
-design and whose steps `score:RUN_ID` are the scores, and the branch runs `NAME.SOURCE.VARIANT.i`),
-so a reopened experiment shows exactly what the call that ran it showed, without running
+design and whose steps `score:SOURCE/RUN_ID/score` are the scores, and the branch runs
+`NAME.SOURCE.VARIANT.i`), so a reopened experiment shows exactly what the call that ran it showed, without running
 anything. A call adds only what it alone knows (`Live`): branches it stopped or could not
 start, scores that raised, and the budget it was given.
 """
@@ -33,7 +33,9 @@ __all__ = ["Experiment"]
 
 EXPERIMENT_VERSION = "kassette.experiment/1"  # the version of every experiment's own run
 RECORDED = "recorded"  # the baseline that scores each source run's own recorded result
-SCORE_STEP = "score:"  # an experiment run's step `score:RUN_ID` is that run's score
+# an experiment run's parallel block `score:SOURCE` holds the scores of that source run's
+# branches (and of the source, for a recorded baseline): step `score:SOURCE/RUN_ID/score`
+SCORE_STEP = "score:"
 NOT_RUN = "not run"  # a branch never launched (the experiment was decided, or stopped)
 STOPPED = "stopped"
 RAISED = "raised"
@@ -392,8 +394,11 @@ def _scores_of(storage: Any, run_id: str) -> dict[str, Any]:
         return {}
     scores = {}
     for entry in journal.entries:
-        if entry.get("type") == "step" and str(entry.get("name", "")).startswith(SCORE_STEP):
-            scores[entry["name"][len(SCORE_STEP) :]] = entry.get("result")
+        step_id = str(entry.get("stepId", ""))
+        if entry.get("type") == "step" and step_id.startswith(SCORE_STEP):
+            parts = step_id.split("/")
+            if len(parts) == 3 and parts[2] == "score":
+                scores[parts[1]] = entry.get("result")
     return scores
 
 

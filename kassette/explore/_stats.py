@@ -54,8 +54,16 @@ CLUSTER_T = "cluster-robust t"
 MCNEMAR = "exact McNemar"
 
 
-def require_stats() -> None:
-    """Raise an ImportError with the install hint unless scipy and statsmodels import."""
+def require_stats(*, imported: bool = True) -> None:
+    """Raise an ImportError with the install hint unless scipy and statsmodels import (with
+    `imported=False`, unless they are installed: importing scipy.stats takes a second)."""
+    if not imported:
+        from importlib.util import find_spec
+
+        missing = [name for name in ("scipy", "statsmodels") if find_spec(name) is None]
+        if missing:
+            raise ImportError(f"{_HINT} (missing: {', '.join(missing)})")
+        return
     try:
         import scipy.stats  # noqa: F401
         import statsmodels  # noqa: F401  (not statsmodels.api: seconds to import)

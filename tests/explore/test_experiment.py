@@ -201,9 +201,16 @@ def test_the_experiment_in_a_cell_shows_the_summary_and_a_forest_plot(tmp_path: 
     assert "boosted" in page and "wins / ties / losses" in page and "paired t" in page
     spec = found.forest().to_dict()
     layers = spec["layer"]
+
+    def values(layer: dict) -> list:
+        data = layer["data"]
+        return data["values"] if "values" in data else spec["datasets"][data["name"]]
+
     assert len(layers) == 3
-    assert layers[0]["mark"]["type"] == "rule" and layers[0]["data"]["values"] == [{"zero": 0}]
-    assert [v["variant"] for v in spec["layer"][1]["data"]["values"]] == ["boosted", "same"]
+    assert layers[0]["mark"]["type"] == "rule" and values(layers[0]) == [{"zero": 0}]
+    assert [v["variant"] for v in values(layers[1])] == ["boosted", "same"]
+    summary = found.summary()
+    assert [v["ci_low"] for v in values(layers[1])] == pytest.approx(list(summary["ci_low"]))
     power = found.power()
     assert list(power.columns) == [
         "variant",
