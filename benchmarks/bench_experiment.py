@@ -79,6 +79,7 @@ def measure(storage: Any, sources: int, rounds: int, workers: int) -> tuple[floa
                 max_workers=workers,
                 progress=False,
             ).frame
+            assert branches["score"].notna().all()  # scored, as the experiment's branches are
         fan_out_s.append(time.perf_counter() - started)
         assert len(found.frame) == sources * (1 + len(VARIANTS) * REPEATS)
     return statistics.median(experiment_s), statistics.median(fan_out_s)
