@@ -3,9 +3,9 @@
 An `Experiment` is what `kx.experiment` returns and what `kx.load(store).experiments` reopens:
 both read the same journals (the experiment's own run `NAME.experiment`, whose input is the
 design and whose steps `score:SOURCE/RUN_ID/score` are the scores, and the branch runs
-`NAME.SOURCE.VARIANT.i`), so a reopened experiment shows exactly what the call that ran it showed, without running
-anything. A call adds only what it alone knows (`Live`): branches it stopped or could not
-start, scores that raised, and the budget it was given.
+`NAME.SOURCE.VARIANT.i`), so a reopened experiment shows exactly what the call that ran it
+showed, without running anything. A call adds only what it alone knows (`Live`): branches it
+stopped or could not start, scores that raised, and the budget it was given.
 """
 
 from __future__ import annotations
@@ -292,7 +292,13 @@ class Experiment:
         from IPython.display import HTML, display
 
         display(HTML(self._repr_html_()))  # type: ignore[no-untyped-call]
-        display(self.forest())  # type: ignore[no-untyped-call]
+        # the spec itself, which JupyterLab's built-in Vega-Lite renderer draws (offline)
+        spec = self.forest().to_dict()
+        spec["$schema"] = "https://vega.github.io/schema/vega-lite/v5.json"
+        plain = f"forest plot: {len(self.variants) - 1} variants against {self.baseline}"
+        display(  # type: ignore[no-untyped-call]
+            {"application/vnd.vegalite.v5+json": spec, "text/plain": plain}, raw=True
+        )
 
     # -- reading the store -----------------------------------------------------------------
 
