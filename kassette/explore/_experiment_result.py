@@ -187,15 +187,16 @@ class Experiment:
         import altair as alt
 
         summary = self.summary(alpha)
+        # keys in alphabetical order: a notebook stores them sorted, and nbval compares text
         records = [
             {
-                "variant": row.variant,
-                "difference": _number(row.difference),
-                "ci_low": _number(row.ci_low),
                 "ci_high": _number(row.ci_high),
+                "ci_low": _number(row.ci_low),
+                "difference": _number(row.difference),
                 "p_holm": _number(row.p_holm),
                 "pairs": int(row.pairs),
                 "significant": bool(row.p_holm < alpha) if not math.isnan(row.p_holm) else False,
+                "variant": row.variant,
             }
             for row in summary.itertuples()
         ]
