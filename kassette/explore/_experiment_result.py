@@ -195,7 +195,7 @@ class Experiment:
                 "difference": _number(row.difference),
                 "p_holm": _number(row.p_holm),
                 "pairs": int(row.pairs),
-                "significant": bool(row.p_holm < alpha) if not math.isnan(row.p_holm) else False,
+                "verdict": _verdict(row.difference, row.p_holm, alpha),
                 "variant": row.variant,
             }
             for row in summary.itertuples()
@@ -203,40 +203,22 @@ class Experiment:
         data = alt.InlineData(values=records)
         y = alt.Y("variant:N", sort=None, title=None)
         x_title = f"difference from {self.baseline} ({100 * (1 - alpha):g}% interval)"
+        # the table's colours: better and worse (Holm-adjusted p < alpha), or undecided
+        color = alt.Color(
+            "verdict:N",
+            legend=None,
+            scale=alt.Scale(domain=list(_VERDICT_COLOURS), range=list(_VERDICT_COLOURS.values())),
+        )
         rules = (
             alt.Chart(data)
             .mark_rule(strokeWidth=2)
-            .encode(
-                x=alt.X("ci_low:Q", title=x_title),
-                x2="ci_high:Q",
-                y=y,
-                color=alt.Color(
-                    "significant:N",
-                    legend=None,
-                    scale=alt.Scale(domain=[False, True], range=["#6b7280", "#2563eb"]),
-                ),
-            )
+            .encode(x=alt.X("ci_low:Q", title=x_title), x2="ci_high:Q", y=y, color=color)
         )
+        tooltip = ["variant:N", "difference:Q", "ci_low:Q", "ci_high:Q", "p_holm:Q", "pairs:Q"]
         points = (
             alt.Chart(data)
             .mark_point(filled=True, size=70)
-            .encode(
-                x="difference:Q",
-                y=y,
-                color=alt.Color(
-                    "significant:N",
-                    legend=None,
-                    scale=alt.Scale(domain=[False, True], range=["#6b7280", "#2563eb"]),
-                ),
-                tooltip=[
-                    "variant:N",
-                    "difference:Q",
-                    "ci_low:Q",
-                    "ci_high:Q",
-                    "p_holm:Q",
-                    "pairs:Q",
-                ],
-            )
+            .encode(x="difference:Q", y=y, color=color, tooltip=tooltip)
         )
         zero = (
             alt.Chart(alt.InlineData(values=[{"zero": 0}]))
@@ -431,6 +413,15 @@ def _money(costs: pd.Series) -> str:
     return f"${float(total):,.2f}" if total >= 0.01 or total == 0 else f"${float(total):,.4f}"
 
 
+_VERDICT_COLOURS = {"better": "#15803d", "worse": "#b91c1c", "undecided": "#6b7280"}
+
+
+def _verdict(difference: float, p_holm: float, alpha: float) -> str:
+    if pd.isna(p_holm) or p_holm >= alpha:
+        return "undecided"
+    return "better" if difference > 0 else "worse"
+
+
 def _summary_html(summary: pd.DataFrame, baseline: str) -> str:
     """The summary as a readable table: intervals as [low, high], p-values to 3 places."""
     head = (
@@ -440,12 +431,8 @@ def _summary_html(summary: pd.DataFrame, baseline: str) -> str:
     )
     body = []
     for row in summary.itertuples():
-        significant = not math.isnan(row.p_holm) and row.p_holm < 0.05
-        colour = (
-            "#15803d"
-            if significant and row.difference > 0
-            else ("#b91c1c" if significant else "inherit")
-        )
+        verdict = _verdict(row.difference, row.p_holm, 0.05)
+        colour = "inherit" if verdict == "undecided" else _VERDICT_COLOURS[verdict]
         body.append(
             "<tr>"
             f"<td><b>{html.escape(str(row.variant))}</b></td><td>{row.pairs}</td>"
