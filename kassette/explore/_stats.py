@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kassette._extras import install_hint, requires
+
 __all__ = ["SUMMARY_COLUMNS", "power_table", "summarize"]
 
-_HINT = 'experiment statistics need scipy and statsmodels: pip install "kassette[stats]"'
 SUMMARY_COLUMNS = [
     "variant",
     "pairs",
@@ -55,20 +56,18 @@ MCNEMAR = "exact McNemar"
 
 
 def require_stats(*, imported: bool = True) -> None:
-    """Raise an ImportError with the install hint unless scipy and statsmodels import (with
-    `imported=False`, unless they are installed: importing scipy.stats takes a second)."""
+    """Raise an ImportError naming the `stats` extra unless scipy and statsmodels import
+    (with `imported=False`, unless they are installed: importing scipy.stats takes a second)."""
     if not imported:
         from importlib.util import find_spec
 
-        missing = [name for name in ("scipy", "statsmodels") if find_spec(name) is None]
-        if missing:
-            raise ImportError(f"{_HINT} (missing: {', '.join(missing)})")
+        for name in ("scipy", "statsmodels"):
+            if find_spec(name) is None:
+                raise ImportError(install_hint("kx.experiment", name), name=name)
         return
-    try:
+    with requires("experiment statistics"):
         import scipy.stats  # noqa: F401
         import statsmodels  # noqa: F401  (not statsmodels.api: seconds to import)
-    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} ({exc})") from exc
 
 
 def is_boolean(scores: pd.Series) -> bool:
