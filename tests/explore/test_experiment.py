@@ -7,12 +7,15 @@ Interrupts, SIGKILL and process pools are in test_experiment_processes.py.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from experiment_support import SOURCES, calls, record_sources, run_experiment, scored, workflow
 
+from kassette import MemoryStorage, kassette
 from kassette import explore as kx
 from kassette.errors import InvalidArgumentError
 
@@ -247,3 +250,86 @@ def test_the_run_tree_puts_each_branch_under_its_source(tmp_path: Path) -> None:
     runs = kx.load(tmp_path / "journals").runs.set_index("run_id")
     branches = runs[runs.index.str.match(r"exp\.T")]
     assert (branches["parent_run_id"] == branches.index.str.split(".").str[1]).all()
+
+
+def _completion(tokens: int) -> dict[str, Any]:
+    """An OpenAI chat completion, as the integration journals it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+        "usage": {"prompt_tokens": tokens - 10, "completion_tokens": 10, "total_tokens": tokens},
+    }
+
+
+def test_a_budget_stops_the_experiment_and_a_larger_one_continues_it() -> None:
+    storage, calls = MemoryStorage(), []
+
+    @kassette(storage=storage)
+    def agent(ctx: Any, task: Any) -> int:
+        ctx.step("plan", lambda: 0)
+
+        def call() -> dict[str, Any]:
+            calls.append(ctx.run_id)
+            return _completion(100)
+
+        for _ in range(2):
+            ctx.step("chat", call)
+        # a step after the calls: its boundary counts the branch's own last call at once
+        return int(ctx.step("finish", lambda: task + ctx.params.get("lift", 0)))
+
+    sources = [f"s{n}" for n in range(4)]
+    for number, run_id in enumerate(sources):
+        agent.start(number, run_id=run_id)
+    calls.clear()
+    options: dict[str, Any] = {
+        "step": "chat",
+        "variants": {"lift": {"lift": 1}},
+        "score": lambda r: float(r.result),
+        "name": "spend",
+        "max_workers": 1,
+        "progress": False,
+    }
+    found = kx.experiment(agent, sources, budget={"tokens": 350}, **options)
+    # one branch at a time: 100, 200 (the first branch ends), 300 (< 350, so a fourth call
+    # starts), 400: the second branch's next step is refused, and nothing else starts
+    assert len(calls) == 4
+    frame = found.frame[found.frame["variant"] == "lift"]
+    assert (frame["status"] == "success").sum() == 1 and (frame["status"] == "stopped").sum() == 3
+    line = found.status_line()
+    assert "1 of 4 branches done" in line and "of 350 tokens" in line and "by budget" in line
+    assert not found.stopped_early
+    more = kx.experiment(agent, sources, budget={"tokens": 10_000}, **options)
+    assert len(calls) == 8  # the stopped branch continued where it stopped: no call twice
+    assert set(more.frame["status"]) == {"success"}
+    assert more.summary().iloc[0]["difference"] == pytest.approx(1.0)
+
+
+def test_an_async_workflow_runs_its_branches_on_one_event_loop(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+
+    @kassette(storage=storage)
+    async def agent(ctx: Any, task: int) -> int:
+        base = await ctx.step("read", lambda: task)
+        return int(await ctx.step("draft", lambda: base + ctx.params.get("lift", 0)))
+
+    async def record() -> None:
+        for number in range(12):
+            await agent.start(number, run_id=f"a{number}")
+
+    asyncio.run(record())
+    found = kx.experiment(
+        agent,
+        [f"a{n}" for n in range(12)],
+        step="draft",
+        variants={"control": {}, "lift": {"lift": 2}},
+        baseline="control",
+        repeats=2,
+        score=lambda r: float(r.result),
+        name="loop",
+        progress=False,
+    )
+    row = found.summary().iloc[0]
+    assert (row.variant, row.pairs, row.difference, row.test) == ("lift", 12, 2.0, "paired t")
+    assert (row.ci_low, row.ci_high, row.p_value) == (2.0, 2.0, 0.0)  # every pair: exactly +2
