@@ -133,9 +133,7 @@ class _Plan:
     workflow: AnyWorkflow
     design: dict[str, Any]
     arms: dict[str, Variant]  # the variants that are branches (the baseline's too unless recorded)
-    branches: list[Branch]
-    keys: list[tuple[str, str, int]]  # (source, variant, repeat) of each branch
-    order: list[str]
+    branches: list[Branch]  # in the run order: by source, then variant, then repeat
     score: Score
     stop_when: Decided | None
     live: Live = field(default_factory=Live)
@@ -211,6 +209,8 @@ def experiment(
         raise _another_design(name) from exc
     except _Unfinished:
         pass
+    except KeyboardInterrupt:  # while scoring: the scores journaled so far are kept
+        plan.live.interrupted = True
     found = Experiment(storage, plan.design, live=plan.live)
     if plan.live.interrupted:
         raise ExperimentInterrupted(found)
@@ -437,7 +437,7 @@ def _plan(
         "seed": seed,
     }
     design = check_json(design, "the experiment's design")
-    branches, keys = [], []
+    branches = []
     source_params: dict[str, dict[str, Any]] = {}
     for source in order:
         for variant, arm in arms.items():
@@ -461,7 +461,6 @@ def _plan(
                         edit=None if arm.result is ... else (arm.result,),
                     )
                 )
-                keys.append((source, variant, repeat))
     if branches and isinstance(executor, ProcessPoolExecutor):
         check_picklable(branches[0])
     return _Plan(
@@ -469,8 +468,6 @@ def _plan(
         design,
         {k: v for k, v in arms.items() if k != RECORDED},
         branches,
-        keys,
-        order,
         score,
         stop_when,
     )
