@@ -57,6 +57,7 @@ from kassette.explore._experiment_result import (
 )
 from kassette.explore._progress import Budget, Watch, display_for
 from kassette.explore._running import (
+    INTERRUPT,
     AnyWorkflow,
     Board,
     Branch,
@@ -64,7 +65,9 @@ from kassette.explore._running import (
     Outcome,
     Raised,
     Stop,
+    interrupts_deferred,
     run_all,
+    settle,
 )
 from kassette.explore._sequential import Decided
 from kassette.explore._stats import require_stats
@@ -111,18 +114,19 @@ class _Unfinished(BaseException):
 
 
 class _Part(Board):
-    """One batch's view of the experiment's board: its own outcomes (what `run_all` reads),
-    forwarded to the whole board (what the progress display and the budget read)."""
+    """One batch's board (what `run_all` and `settle` read), every change forwarded to the
+    whole experiment's board (what the progress display and the budget read)."""
 
     def __init__(self, whole: Board, indexes: Sequence[int]) -> None:
         super().__init__(len(indexes))
         self._whole, self._indexes = whole, indexes
 
     def started(self, index: int) -> None:
+        super().started(index)
         self._whole.started(self._indexes[index])
 
     def ended(self, index: int, outcome: Outcome) -> None:
-        self.outcomes[index] = outcome
+        super().ended(index, outcome)
         self._whole.ended(self._indexes[index], outcome)
 
 
@@ -191,7 +195,7 @@ def experiment(
     )
     storage = workflow.storage
     run_id = experiment_run_id(name)
-    status = _experiment_status(storage, run_id)
+    status = run_status(storage, run_id).status if storage.read(run_id) is not None else None
     if status == "completed":
         _check_design(storage, run_id, plan.design)
         return Experiment(storage, plan.design, live=None)
@@ -239,31 +243,36 @@ def _run(
     live.board = board
     live.budget = budget
     stop = Stop(across_processes=executor is not None)
-    abandoned = True
+    watch = Watch(plan.branches, board, stop, budget=budget, display=display_for(progress))
+    abandoned = True  # until run_all says otherwise: a stop flag must outlive its readers
     scores: dict[str, Any] = {}
     try:
-        with Watch(plan.branches, board, stop, budget=budget, display=display_for(progress)):
-            for first in range(0, len(design["order"]), batch):
-                if stop.is_set() or live.decided_after is not None:
-                    break
-                indexes = list(range(first * per_source, (first + batch) * per_source))
-                indexes = [i for i in indexes if i < len(plan.branches)]
+        watch.start()
+        for first in range(0, len(design["order"]), batch):
+            if stop.is_set() or live.decided_after is not None:
+                break
+            indexes = list(range(first * per_source, (first + batch) * per_source))
+            indexes = [i for i in indexes if i < len(plan.branches)]
+            part, branches = _Part(board, indexes), [plan.branches[i] for i in indexes]
+            try:
                 interrupted, abandoned = run_all(
-                    [plan.branches[i] for i in indexes],
-                    executor,
-                    max_workers=max_workers,
-                    stop=stop,
-                    board=_Part(board, indexes),
+                    branches, executor, max_workers=max_workers, stop=stop, board=part
                 )
-                sources = design["order"][first : first + batch]
-                _score(ctx, plan, sources, [(i, board.outcomes[i]) for i in indexes], scores)
-                if interrupted:
-                    live.interrupted = True
-                    break
-                if plan.stop_when is not None:
-                    _decide(plan, first + len(sources), scores)
+            except KeyboardInterrupt:  # one that reached past run_all's own handling
+                interrupted = True
+                stop.set(INTERRUPT)
+            settle(branches, stop, part)
+            if interrupted:  # Ctrl-C: no judge is called now; a re-call scores what ended
+                live.interrupted = True
+                break
+            sources = design["order"][first : first + batch]
+            _score(ctx, plan, sources, [(i, board.outcomes[i]) for i in indexes], scores)
+            if plan.stop_when is not None:
+                _decide(plan, first + len(sources), scores)
     finally:
-        stop.close(abandoned=abandoned)
+        with interrupts_deferred():  # what the branches reached is gathered whatever comes
+            watch.close()
+            stop.close(abandoned=abandoned)
     live.stopped_by = stop.reason
     missing = any(isinstance(o, Halted | Raised) for o in board.outcomes) or live.score_errors
     if live.interrupted or stop.reason is not None or missing:
@@ -557,13 +566,6 @@ def _valid_run_id(run_id: str) -> None:
         raise InvalidArgumentError(
             f"branch id {run_id!r} is not a valid run id (too long?): use a shorter name"
         ) from exc
-
-
-def _experiment_status(storage: Any, run_id: str) -> str | None:
-    try:
-        return run_status(storage, run_id).status
-    except RunNotFoundError:
-        return None
 
 
 def _check_design(storage: Any, run_id: str, design: dict[str, Any]) -> None:
