@@ -52,6 +52,7 @@ _ENDS_SESSION = frozenset({"complete", "error", "cancel", "suspend"})
 _TERMINAL = frozenset({"complete", "error", "cancel"})
 _STATUS = {1: StatusCode.OK, 2: StatusCode.ERROR}
 _KIND = {3: SpanKind.CLIENT}
+_CREATED = 10_000
 
 
 class _Emitter(Listener):
@@ -69,6 +70,10 @@ class _Emitter(Listener):
             provider.id_generator = kept
         self.include_content = include_content
         self.sessions: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        # run id -> the row of the entry that created the run, whose time the span ids hash
+        # (docs/otel.md, "Ids"), for the later sessions of runs created in this process; at
+        # most _CREATED runs, dropped when the run ends
+        self.created: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
 
     def appended(self, run_id: str, entry: Mapping[str, Any]) -> None:
@@ -87,7 +92,17 @@ class _Emitter(Listener):
         ended = kind in _ENDS_SESSION
         step = kind == "step" and entry.get("kind") != "parallel"
         row = _row(run_id, entry)
+        creates = kind == "start" and (
+            entry["offset"] == 0 or isinstance(entry.get("source"), dict)
+        )
         with self.lock:
+            if creates:
+                self.created[run_id] = row
+                if len(self.created) > _CREATED:
+                    del self.created[next(iter(self.created))]
+            created = self.created.get(run_id)
+            if kind in _TERMINAL:
+                self.created.pop(run_id, None)
             rows = self.sessions.setdefault(key, [])
             if not step:
                 rows.append(row)  # what the session's own spans need when it ends
@@ -98,11 +113,18 @@ class _Emitter(Listener):
             snapshot = list(rows) if ended else [*rows, row]
         if not (step or ended):
             return
+        if created is not None and snapshot[0]["offset"] > created["offset"]:
+            snapshot.insert(0, created)  # the ids need it; its session's span is not emitted
         for span in _spans(run_id, snapshot, kind, self.include_content):
             attributes = {pair["key"]: _value(pair["value"]) for pair in span["attributes"]}
             offset = attributes.get("kassette.offset")
-            if offset is None:  # the session's span; the run's, with a terminal entry
-                wanted = ended and ("kassette.session" in attributes or kind in _TERMINAL)
+            if offset is None:  # this session's span; the run's, with a terminal entry
+                session = attributes.get("kassette.session", key[1])
+                wanted = (
+                    ended
+                    and session == key[1]
+                    and ("kassette.session" in attributes or kind in _TERMINAL)
+                )
             else:  # a step as it ends; with the session, its parallel blocks and suspends
                 wanted = (step and offset == entry["offset"]) or (
                     ended
