@@ -12,6 +12,7 @@
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
     kx.to_otlp(journals)                   # runs as OpenTelemetry traces (OTLP/JSON)
+    kx.experiment(workflow, runs, step="draft", variants={...}, score=..., name="x")  # paired stats
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
@@ -35,6 +36,8 @@ for _needed in ("pandas", "pyarrow"):
 
 from kassette.explore._branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
 from kassette.explore._compare import compare  # noqa: E402
+from kassette.explore._experiment import ExperimentInterrupted, Variant, experiment  # noqa: E402
+from kassette.explore._experiment_result import Experiment  # noqa: E402
 from kassette.explore._export import export  # noqa: E402
 from kassette.explore._frames import (  # noqa: E402
     ENTRY_SCHEMA,
@@ -44,6 +47,8 @@ from kassette.explore._frames import (  # noqa: E402
     load,
 )
 from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
+from kassette.explore._sequential import decided  # noqa: E402
+from kassette.explore._stats import summarize  # noqa: E402  (scipy loads on first call)
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if _typing.TYPE_CHECKING:
@@ -57,18 +62,24 @@ __all__ = [
     "RUN_SCHEMA",
     "Branches",
     "CompareView",
+    "Experiment",
+    "ExperimentInterrupted",
     "FanOutInterrupted",
     "ForkExplorer",
     "Journals",
     "Lineage",
     "RunNode",
     "RunTree",
+    "Variant",
     "compare",
+    "decided",
+    "experiment",
     "export",
     "fan_out",
     "lineage",
     "load",
     "send_otlp",
+    "summarize",
     "timeline",
     "to_otlp",
 ]
