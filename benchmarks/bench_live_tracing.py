@@ -88,7 +88,8 @@ def main() -> int:
             ratios.append(live / plain)
         ratio = statistics.median(ratios)
         print(
-            f"{'MemoryStorage' if args.memory else 'LocalStorage'}, {steps:,} steps: untraced {min(untraced):.3f} s, traced {min(traced):.3f} s "
+            f"{'MemoryStorage' if args.memory else 'LocalStorage'}, {steps:,} steps: "
+            f"untraced {min(untraced):.3f} s, traced {min(traced):.3f} s "
             f"({emitted:,} spans a run), median ratio {ratio:.2f}x (target <= {TARGET}x)"
         )
     return 0 if ratio <= TARGET else 1
