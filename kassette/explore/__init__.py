@@ -23,7 +23,8 @@ from __future__ import annotations
 import importlib.util as _util
 import typing as _typing
 
-_HINT = 'kassette.explore needs pandas and pyarrow: pip install "kassette[explore]"'
+from kassette._extras import install_hint as _install_hint
+from kassette._public import publish as _publish
 
 # Checked, not imported here: `kx.<Tab>` offers kassette's names, not `pandas` or `pyarrow`.
 for _needed in ("pandas", "pyarrow"):
@@ -32,7 +33,7 @@ for _needed in ("pandas", "pyarrow"):
     except ValueError:  # a module set to None in sys.modules (as a bare environment's test does)
         _found = None
     if _found is None:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} (No module named {_needed!r})")
+        raise ImportError(f"{_install_hint('kassette.explore', _needed)} (no module {_needed!r})")
 
 from kassette.explore._branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
 from kassette.explore._compare import compare  # noqa: E402
@@ -84,6 +85,7 @@ __all__ = [
     "to_otlp",
 ]
 
+_publish(globals(), "kassette.explore")
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 _OTLP = {"send_otlp", "to_otlp"}
 
@@ -94,12 +96,15 @@ def __getattr__(name: str) -> _typing.Any:
     if name in _WIDGETS:
         from kassette.explore import _widgets as widgets
 
-        return getattr(widgets, name)
-    if name in _OTLP:
+        found = getattr(widgets, name)
+    elif name in _OTLP:
         from kassette.explore import _otlp, _otlp_send
 
-        return getattr(_otlp_send if name == "send_otlp" else _otlp, name)
-    raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+        found = getattr(_otlp_send if name == "send_otlp" else _otlp, name)
+    else:
+        raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+    found.__module__ = __name__  # its public home, as for the names loaded above
+    return found
 
 
 def __dir__() -> list[str]:
