@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from kassette.integrations._recording import first_difference, request_of
+from kassette.integrations._recording import first_difference
+from kassette.integrations._requests import request_of, sendable
 
 
 class Sentinel:
@@ -51,17 +52,19 @@ def test_request_of_leaves_out_what_is_not_sent() -> None:
         yield 2
 
     request = request_of(
-        {
-            "model": "m",
-            "top_p": Sentinel(),
-            "metadata": {"user": "u", "skip": Sentinel()},
-            "stop": ("a", "b"),
-            "seq": numbers(),
-            "timeout": 3,
-            "extra_headers": {"x": "1"},
-            "extra_query": {"q": "1"},
-            "extra_body": {"seed": 7, "model": "override"},
-        },
+        sendable(
+            {
+                "model": "m",
+                "top_p": Sentinel(),
+                "metadata": {"user": "u", "skip": Sentinel()},
+                "stop": ("a", "b"),
+                "seq": numbers(),
+                "timeout": 3,
+                "extra_headers": {"x": "1"},
+                "extra_query": {"q": "1"},
+                "extra_body": {"seed": 7, "model": "override"},
+            }
+        ),
         (Sentinel,),
     )
     assert request == {
