@@ -52,6 +52,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from kassette.codec import to_json
 from kassette.errors import JournalCorruptionError
 
 __all__ = [
@@ -145,7 +146,7 @@ class Head:
             "tail": self.tail_entries,
             "fanout": self.fanout,
         }
-        return json.dumps(header, separators=(",", ":")).encode() + b"\n" + self.tail
+        return to_json(header).encode() + b"\n" + self.tail
 
 
 def parse_head(body: bytes, run_id: str) -> Head:

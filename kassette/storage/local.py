@@ -39,6 +39,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from kassette.codec import to_json
 from kassette.errors import ConflictError, RunLockedError, StorageError, StorageNotFoundError
 from kassette.storage import Snapshot, is_run_id, validate_object_name, validate_run_id
 from kassette.storage.files import (
@@ -217,7 +218,7 @@ class LocalStorage:
         started = _process_start(os.getpid())
         if started is not None:
             holder["started"] = started
-        content = json.dumps(holder).encode()
+        content = to_json(holder).encode()  # the codec: works whatever json.encoder holds
         try:
             self._acquire(run_id, path, content)
         except OSError as exc:
