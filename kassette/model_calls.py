@@ -101,7 +101,8 @@ _FINISH = {
     "max_output_tokens": "length",
 }
 _CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
-_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES}  # see `response_method`
+# the SDKs' stream helpers: see `response_method`
+_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES, "chat.completions.stream": _CHAT}
 _RESPONSE_NAMES = {
     ("openai", _CHAT): "OpenAI chat completion",
     ("openai", _RESPONSES): "OpenAI Responses API response",
@@ -248,7 +249,8 @@ def response_from_text(call: ModelCall, text: str) -> Any:
 
 def response_method(method: str) -> str:
     """The method whose request and response `method` has: `messages.stream` sends the request
-    of `messages.create(stream=True)` to its endpoint and records its events; every other
+    of `messages.create(stream=True)` to its endpoint and records its events, and
+    `chat.completions.stream` those of `chat.completions.create(stream=True)`; every other
     method is its own. The one rule for "a `messages.stream` call is a `messages.create`
     call": what an edit may record, and what a replayed call must match."""
     return _SHAPE_OF_METHOD.get(method, method)

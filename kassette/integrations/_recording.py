@@ -362,11 +362,23 @@ class LiveStream(Generic[Chunk]):
         self._stream.close()
 
 
+class _NoResponse:
+    """A replayed stream's `response`: there was no HTTP exchange, so closing it does nothing
+    (the SDKs' stream helpers close their stream's response when they end)."""
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
 class ReplayedStream(Generic[Chunk]):
     """The recorded chunks of a stream, as the SDK's stream gave them; no HTTP response."""
 
     def __init__(self, chunks: list[Chunk]) -> None:
         self._iterator = iter(chunks)
+        self.response = _NoResponse()
 
     def __next__(self) -> Chunk:
         return next(self._iterator)
@@ -410,6 +422,7 @@ class AsyncReplayedStream(Generic[Chunk]):
 
     def __init__(self, chunks: list[Chunk]) -> None:
         self._chunks = iter(chunks)
+        self.response = _NoResponse()
 
     async def __anext__(self) -> Chunk:
         try:
