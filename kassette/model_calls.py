@@ -42,6 +42,7 @@ from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
+from kassette._model_streams import expanded as _expanded
 from kassette._model_usage import TokenUsage
 from kassette._model_usage import anthropic_usage as _anthropic_usage
 from kassette._model_usage import openai_usage as _openai_usage
@@ -131,10 +132,12 @@ class ModelCall:
     """A journaled model call, read: what was asked, of whom, and what came back.
 
     `provider` is `"openai"` or `"anthropic"`; `method` the API method
-    (`chat.completions.create`, `responses.create`, `messages.create`, `messages.stream`);
-    `request` the request as sent when the entry records it (else None); `result` the response
-    as journaled; `stream` whether it is a recorded stream. The rest is read from the response
-    when first asked for: `model`, `text`, `tool_calls`, `finish_reason`, `usage`, `prompt`.
+    (`chat.completions.create`, `chat.completions.stream`, `responses.create`,
+    `messages.create`, `messages.stream`); `request` the request as sent when the entry records
+    it (else None); `result` the response as journaled, a stream as its events (`{"stream":
+    [event, ...]}`, written out from the journal's compact form); `stream` whether it is a
+    recorded stream. The rest is read from the response when first asked for: `model`, `text`,
+    `tool_calls`, `finish_reason`, `usage`, `prompt`.
     """
 
     provider: str
@@ -209,6 +212,7 @@ def read_model_result(result: Any, call: Any = None) -> ModelCall | None:
     With a `call` naming a provider and a method, the step is a model call whatever its result
     holds; without one, the result's shape decides (see the module docstring).
     """
+    result = _expanded(result)  # a stream's events, from the journal's compact form
     shape = _shape(result)
     recorded = call if isinstance(call, dict) else {}  # JSON: dicts (abc checks cost more)
     provider, method = recorded.get("provider"), recorded.get("method")
@@ -259,6 +263,7 @@ def response_method(method: str) -> str:
 def same_response_shape(call: ModelCall, result: Any) -> bool:
     """Whether `result` is a response of `call`'s provider and API, streamed as `call` was:
     one the code that made `call` can be given instead (a fork edit's whole response)."""
+    result = _expanded(result)
     shape = _shape(result)
     method = response_method(call.method)
     return shape == (call.provider, method) and _is_stream(result) == call.stream

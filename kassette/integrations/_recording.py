@@ -1,8 +1,9 @@
 """The one engine behind every model-call integration: record a call, replay it, check it.
 
 A model call is a step whose `result` is the provider's response (a stream: `{"stream":
-[chunk, ...]}`) and whose `call` is `{"provider", "method", "request"}`: the request as sent,
-as JSON, without credentials and transport options (`kassette.codec.CallRecord`). Live, the
+...}`, its chunks stored compactly by `kassette._model_streams`) and whose `call` is
+`{"provider", "method", "request"}`: the request as sent, as JSON, without credentials and
+transport options (`kassette.codec.CallRecord`). Live, the
 request goes to the provider and both are journaled; on replay the response is rebuilt into
 the SDK's own type and no request is made, once the code's request is found equal to the
 recorded one. A different request raises `ReplayMismatchError` naming the first differing
@@ -25,6 +26,7 @@ import pydantic
 
 from kassette._json_diff import ABSENT
 from kassette._json_diff import first_difference as _first_difference
+from kassette._model_streams import compacted, expanded, is_stored_stream
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
 from kassette.integrations._requests import request_of, sendable, without_nulls
@@ -158,7 +160,7 @@ class Call:
         """The recorded response, or the SDK's stream of the recorded chunks, as SDK objects;
         `ReplayMismatchError` when the journal holds another kind of answer or request."""
         step, result = self.step, self.step.result
-        recorded_stream = isinstance(result, dict) and set(result) == {"stream"}
+        recorded_stream = is_stored_stream(result)
         if recorded_stream != self.stream:
             self._mismatch(
                 f"journal has a {_shape(recorded_stream)} at {step.step_id}, the code asks for "
@@ -167,7 +169,10 @@ class Call:
         self._check_request(step.call)
         if not self.stream:
             return self.provider.rebuild(self.method, False, result)
-        chunks = [self.provider.rebuild(self.method, True, chunk) for chunk in result["stream"]]
+        chunks = [
+            self.provider.rebuild(self.method, True, chunk)
+            for chunk in expanded(result)["stream"]
+        ]
         replayed = self.provider.stream_classes[3 if self.asynchronous else 1]
         return replayed(chunks)
 
@@ -239,7 +244,8 @@ class Call:
 
 
 def _stream_json(chunks: list[Any]) -> dict[str, Any]:
-    return {"stream": [chunk.to_dict(mode="json") for chunk in chunks]}
+    """A stream's chunks as the journal stores them: every one, compactly (`_model_streams`)."""
+    return {"stream": compacted([chunk.to_dict(mode="json") for chunk in chunks])}
 
 
 def _shape(stream: bool) -> str:
