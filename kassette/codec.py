@@ -122,7 +122,7 @@ _C_MAKE = getattr(json.encoder, "c_make_encoder", None) if _C_ENCODE is not None
 def _dumps(value: object) -> str:
     """`_ENCODER.encode(value)`, on the pure-Python encoder whenever the C one cannot be used:
     one whose signature differs, or one put in `json.encoder` after kassette checked it."""
-    make = json.encoder.c_make_encoder
+    make = getattr(json.encoder, "c_make_encoder", None)
     if make is None or make is _C_MAKE:
         return _ENCODER.encode(value)
     return "".join(_ENCODER.iterencode(value))  # not one-shot: the pure-Python encoder

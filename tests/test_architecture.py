@@ -71,6 +71,7 @@ def test_the_layers_only_import_downward() -> None:
             "clock",
             "lineage",
             "_model_responses",
+            "_model_streams",
             "_model_answers",
             "timestamps",
             "_json_diff",

@@ -170,8 +170,7 @@ class Call:
         if not self.stream:
             return self.provider.rebuild(self.method, False, result)
         chunks = [
-            self.provider.rebuild(self.method, True, chunk)
-            for chunk in expanded(result)["stream"]
+            self.provider.rebuild(self.method, True, chunk) for chunk in expanded(result)["stream"]
         ]
         replayed = self.provider.stream_classes[3 if self.asynchronous else 1]
         return replayed(chunks)

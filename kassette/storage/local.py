@@ -39,7 +39,6 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from kassette.codec import to_json
 from kassette.errors import ConflictError, RunLockedError, StorageError, StorageNotFoundError
 from kassette.storage import Snapshot, is_run_id, validate_object_name, validate_run_id
 from kassette.storage.files import (
@@ -218,7 +217,8 @@ class LocalStorage:
         started = _process_start(os.getpid())
         if started is not None:
             holder["started"] = started
-        content = to_json(holder).encode()  # the codec: works whatever json.encoder holds
+        # the pure-Python encoder (not one-shot): works whatever json.encoder.c_make_encoder is
+        content = "".join(json.JSONEncoder().iterencode(holder)).encode()
         try:
             self._acquire(run_id, path, content)
         except OSError as exc:
