@@ -26,12 +26,8 @@ from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
 from kassette.testing import fake_model_server
 
-try:  # where the fake server's modules live (moved into kassette.testing)
-    from kassette.testing import _model_answers as answers
-    from kassette.testing import _model_server as server_module
-except ImportError:  # pragma: no cover - before the move
-    from kassette import _model_answers as answers  # type: ignore[no-redef]
-    from kassette import _model_server as server_module  # type: ignore[no-redef]
+from kassette.testing import _model_answers as answers
+from kassette.testing import _model_server as server_module
 
 TOKENS = 2000
 

@@ -20,7 +20,8 @@ journal keeps every event, in a form that is a few bytes per event plus the text
 
 `expanded(result)` gives a stored stream's events back, from this form or the plain one
 (`{"stream": [event, ...]}`, journals written before, and edits); `compacted(events)` writes
-it. Standard library only: the core's readers (`kassette.model_calls`) expand streams too.
+it. Standard library only: the core's reader of model calls (`kassette._llm_calls`) expands streams
+too.
 """
 
 from __future__ import annotations

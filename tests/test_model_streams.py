@@ -14,18 +14,13 @@ import pytest
 
 from kassette import MemoryStorage, kassette
 from kassette._model_streams import compacted, expanded
-from kassette.core import read_journal
+from kassette.core import read_journal, read_llm_call
 from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
-from kassette.model_calls import read_model_call
 from kassette.testing import fake_model_server
 
-try:  # the fake server's modules, wherever they live
-    from kassette.testing import _model_answers as answers
-    from kassette.testing import _model_server as server_module
-except ImportError:  # pragma: no cover - before they moved into kassette.testing
-    from kassette import _model_answers as answers  # type: ignore[no-redef]
-    from kassette import _model_server as server_module  # type: ignore[no-redef]
+from kassette.testing import _model_answers as answers
+from kassette.testing import _model_server as server_module
 
 HOW = ["chat", "responses", "anthropic", "chat tool", "anthropic tool"]
 TOOL = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -103,7 +98,7 @@ def test_a_stored_stream_is_every_event_as_sent(how: str) -> None:
     chunks, step, text = streamed(how)
     assert len(chunks) > 5
     assert expanded(step["result"]) == {"stream": chunks}
-    call = read_model_call(step)
+    call = read_llm_call(step)
     assert call is not None and call.stream and call.text == text
     assert call.result == {"stream": chunks}
     assert ("tool" in how) == bool(call.tool_calls)

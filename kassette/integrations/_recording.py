@@ -3,7 +3,7 @@
 A model call is a step whose `result` is the provider's response (a stream: `{"stream":
 ...}`, its chunks stored compactly by `kassette._model_streams`) and whose `call` is
 `{"provider", "method", "request"}`: the request as sent, as JSON, without credentials and
-transport options (`kassette.codec.CallRecord`). Live, the
+transport options (`kassette._codec.CallRecord`). Live, the
 request goes to the provider and both are journaled; on replay the response is rebuilt into
 the SDK's own type and no request is made, once the code's request is found equal to the
 recorded one. A different request raises `ReplayMismatchError` naming the first differing
@@ -24,15 +24,15 @@ from typing import Any, Generic, TypeVar
 
 import pydantic
 
+from kassette._journal import CallRecord, validate_name
 from kassette._json_diff import ABSENT
 from kassette._json_diff import first_difference as _first_difference
+from kassette._llm_calls import read_llm_result, response_method
 from kassette._model_streams import compacted, expanded, is_stored_stream
+from kassette._workflow import AsyncContext, Context
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
 from kassette.integrations._requests import request_of, sendable, without_nulls
-from kassette.journal import CallRecord, validate_name
-from kassette.model_calls import read_model_result, response_method
-from kassette.workflow import AsyncContext, Context
 
 __all__ = [
     "AsyncLiveStream",
@@ -177,7 +177,7 @@ class Call:
 
     def _check_request(self, recorded: CallRecord | None) -> None:
         if recorded is None:  # journaled by another writer: its result must be such an answer
-            found = read_model_result(self.step.result)
+            found = read_llm_result(self.step.result)
             if found is None or found.shape != (self.provider.name, _endpoint(self.method)):
                 self._mismatch(
                     f"step {self.step.step_id} records no model call (no `call` field) and its "

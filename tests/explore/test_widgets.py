@@ -18,8 +18,8 @@ from ipywidgets.widgets.widget import _instances
 from kassette import AsyncContext, InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
-from kassette.explore.widgets._colors import NO_VALUE_COLOR, SCALE
-from kassette.explore.widgets._tree import PAGE
+from kassette.explore._widgets._colors import NO_VALUE_COLOR, SCALE
+from kassette.explore._widgets._tree import PAGE
 from kassette.testing import FakeClock
 
 
@@ -64,7 +64,7 @@ def test_run_tree_legend_names_the_colour_of_each_status(scenario: Scenario) -> 
 
 
 def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
-    from kassette.explore.widgets._colors import legend
+    from kassette.explore._widgets._colors import legend
 
     assert ("other", "#444") in legend(["completed", "paused"])
     assert "other" not in dict(legend(["completed", "running"]))
@@ -469,7 +469,7 @@ def test_a_fork_whose_code_skips_a_copied_step_is_warned_of(scenario: Scenario) 
 @pytest.mark.parametrize("widget", [kx.RunTree, kx.CompareView], ids=lambda w: w.__name__)
 def test_each_widget_script_carries_the_shared_dom_helpers_once(widget: type) -> None:
     """anywidget loads one ES module per widget: dom.js is prepended to each, not copied."""
-    source = Path(__file__).parents[2] / "kassette" / "explore" / "widgets"
+    source = Path(__file__).parents[2] / "kassette" / "explore" / "_widgets"
     dom = (source / "dom.js").read_text(encoding="utf-8")
     script: str = widget._esm  # type: ignore[attr-defined]
     assert script.startswith(dom) and script.count("function h(") == 1

@@ -14,9 +14,8 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from kassette import MemoryStorage, ReplayMismatchError, kassette
-from kassette.core import read_journal
+from kassette.core import read_journal, read_llm_call
 from kassette.integrations.openai import journaled
-from kassette.model_calls import read_model_call
 from kassette.testing import FakeModelServer, fake_model_server
 
 ASKED: dict[str, Any] = {
@@ -75,7 +74,7 @@ def test_the_chat_stream_helper_is_journaled_and_replayed(
     [(path, body)] = server.requests
     assert path == "/v1/chat/completions" and body["stream"] is True
     assert step["call"]["request"] == body
-    call = read_model_call(step)
+    call = read_llm_call(step)
     assert call is not None and call.stream and call.text == result.result
 
 
