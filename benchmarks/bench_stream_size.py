@@ -24,10 +24,9 @@ from kassette import MemoryStorage, kassette
 from kassette.core import read_journal
 from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
-from kassette.testing import fake_model_server
-
 from kassette.testing import _model_answers as answers
 from kassette.testing import _model_server as server_module
+from kassette.testing import fake_model_server
 
 TOKENS = 2000
 

@@ -17,10 +17,9 @@ from kassette._model_streams import compacted, expanded
 from kassette.core import read_journal, read_llm_call
 from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
-from kassette.testing import fake_model_server
-
 from kassette.testing import _model_answers as answers
 from kassette.testing import _model_server as server_module
+from kassette.testing import fake_model_server
 
 HOW = ["chat", "responses", "anthropic", "chat tool", "anthropic tool"]
 TOOL = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
