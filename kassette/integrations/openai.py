@@ -13,10 +13,11 @@ goes to the provider and the response, as the JSON the API sent, is journaled wi
         reply = client.chat.completions.create(model="gpt-4o-mini", messages=[...])
 
 With `stream=True`, chunks reach the caller as they arrive and the whole stream is journaled
-when it ends (`{"stream": [chunk, ...]}`); a replay yields the recorded chunks one by one as
-`ChatCompletionChunk` or `ResponseStreamEvent` objects. A stream closed before its end is not
-journaled, so that call runs again on the next invocation. `chat.completions.stream(...)` is
-the SDK's own stream helper over that same journaled stream, so its events,
+when it ends (`{"stream": ...}`: every chunk, stored compactly); a replay yields the recorded
+chunks one by one as `ChatCompletionChunk` or `ResponseStreamEvent` objects. A stream closed
+before its end is not journaled, so that call runs again on the next invocation.
+`chat.completions.stream(...)` is the SDK's own stream helper over that same journaled stream,
+so its events,
 `get_final_completion()` and a `response_format` type's parsing work live and replayed. Steps
 are named after the method (`chat.completions.create`, `chat.completions.stream`,
 `responses.create`, or `name=`) and counted like any other step.
