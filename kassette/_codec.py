@@ -114,8 +114,7 @@ def _c_encoder() -> Callable[[object, int], list[str]] | None:
 
 
 _C_ENCODE = _c_encoder()
-# the accelerator the probe checked: `_ENCODER.encode` looks `c_make_encoder` up on every call,
-# so it is used only while the module still holds that one (or none)
+# `_ENCODER.encode` looks `c_make_encoder` up per call: used while it is the one probed (or None)
 _C_MAKE = getattr(json.encoder, "c_make_encoder", None) if _C_ENCODE is not None else None
 
 
@@ -178,12 +177,7 @@ def parse_json(text: str | bytes, what: str = "the value", *, max_depth: int = M
     or `Infinity` (not JSON), a number too large for a float (`1e999`) or an int (5,000
     digits), or arrays and objects nested more than `max_depth` levels (told before the
     recursive parser runs). The one rule for values typed on a command line."""
-    try:
-        data = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
-    except UnicodeEncodeError:  # a lone surrogate, not one standing for an undecodable byte
-        raise InvalidArgumentError(
-            f"{what} holds a lone surrogate, which is no character"
-        ) from None
+    data = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
     if too_deep(data, max_depth):
         raise InvalidArgumentError(f"{what} is nested more than {max_depth} levels deep")
     try:
@@ -196,9 +190,7 @@ def parse_json(text: str | bytes, what: str = "the value", *, max_depth: int = M
         try:  # "\ud800" is JSON, but a lone surrogate is no character a journal can hold
             _dumps(value).encode()
         except UnicodeEncodeError:
-            raise InvalidArgumentError(
-                f"{what} holds a lone surrogate (such as \\ud800), which is no character"
-            ) from None
+            raise InvalidArgumentError(f"{what} holds a lone surrogate such as \\ud800") from None
     return value
 
 
