@@ -121,7 +121,7 @@ def _run(events: list[Any], start: int) -> tuple[int, list[int]]:
         differ = [
             number
             for number, ((_, value), (_, was)) in enumerate(zip(leaves, first, strict=True))
-            if value != was or type(value) is not type(was)
+            if not _same(value, was)
         ]
         if varying is None:
             if len(differ) > _MAX_VARYING:
@@ -131,6 +131,13 @@ def _run(events: list[Any], start: int) -> tuple[int, list[int]]:
             break
         end += 1
     return end, varying or []
+
+
+def _same(value: Any, other: Any) -> bool:
+    """Whether two leaves are written alike: 1, 1.0 and true differ, and so do 0.0 and -0.0."""
+    if type(value) is not type(other):
+        return False
+    return repr(value) == repr(other) if type(value) is float else bool(value == other)
 
 
 def _run_item(events: list[Any], varying: list[int]) -> list[Any]:

@@ -11,6 +11,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kassette import MemoryStorage, kassette
 from kassette._model_streams import compacted, expanded
@@ -138,6 +140,7 @@ def test_a_2000_token_stream_takes_at_most_3x_its_text_plus_the_envelope(how: st
         [{"type": "d", "text": "\x00"}, {"type": "d", "text": "\x000"}, {"type": "d", "text": "x"}],
         [{"type": "d", "text": "\x00\x00" + "z" * 50}] * 3 + [{"type": "e", "s": "\x000"}],
         [{"n": 1}, {"n": 1.0}, {"n": True}, {"n": 2}, {"n": None}, {"n": "2"}],
+        [{"n": 0.0, "t": "a"}, {"n": -0.0, "t": "b"}, {"n": 0.0, "t": "c"}],
         [{"seq": 5, "t": "a"}, {"seq": 6, "t": "b"}, {"seq": 8, "t": "c"}],
         [{"seq": 5}, {"seq": 6}, {"seq": 7}, {"other": 1}],
         [{"a": {}}, {"a": []}, {"a": {"b": 1}}, {"a": [1]}, {"a": [1]}],
@@ -156,7 +159,7 @@ def test_any_events_come_back_exactly_but_a_delta_s_padding(events: list[Any]) -
         for e in events
     ]
     back = round_trip(events)
-    assert back == kept
+    assert json.dumps(back) == json.dumps(kept)  # key order, 1 / 1.0 / true, 0.0 / -0.0
     assert [[type(v) for v in _scalars(e)] for e in back] == [
         [type(v) for v in _scalars(e)] for e in kept
     ]
@@ -174,3 +177,38 @@ def test_a_plain_stream_reads_as_before() -> None:
     plain = {"stream": [{"type": "message_start", "message": {}}, {"type": "message_stop"}]}
     assert expanded(plain) is plain
     assert expanded({"not": "a stream"}) == {"not": "a stream"}
+
+
+_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(-2, 2, allow_nan=False),
+    st.sampled_from([0.0, -0.0, 0, 1, 1.0, True, False]),
+    st.sampled_from(["", "a", "\x00", "\x000", "\x00\x00", "x" * 40, "y" * 41]),
+    st.text(max_size=3),
+)
+_VALUE = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["type", "delta", "n", "\x00", "k" * 40]), inner, max_size=3
+        )
+    ),
+    max_leaves=8,
+)
+_EVENT = st.dictionaries(
+    st.sampled_from(["type", "delta", "seq", "obfuscation"]), _VALUE, max_size=4
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(_EVENT, max_size=12))
+def test_any_stream_of_json_events_round_trips(events: list[Any]) -> None:
+    kept = [
+        {k: v for k, v in e.items() if not (k == "obfuscation" and isinstance(v, str))}
+        for e in events
+    ]
+    # the same text: key order, and 1, 1.0 and true told apart
+    assert json.dumps(round_trip(events)) == json.dumps(kept)
