@@ -27,7 +27,6 @@ import io
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from collections.abc import Set as AbstractSet
 from datetime import date, datetime, time
 from typing import Any
 
@@ -57,7 +56,7 @@ def _frozen(value: Any) -> Any:
         # the user's own mapping (a TypedDict, a pydantic-free dict) when nothing in it changed
         same = all(items[key] is item for key, item in value.items())
         return value if same else items
-    if isinstance(value, AbstractSet):
+    if isinstance(value, set | frozenset):  # not a dict's keys: those have their order
         return sorted((_frozen(item) for item in value), key=_order)
     if isinstance(value, Iterator):  # a generator, `map`, `iter(...)`: read once, here
         return [_frozen(item) for item in value]
@@ -105,7 +104,7 @@ def _plain(value: Any, omitted: tuple[type, ...]) -> Any:
         return base64.b64encode(_file_bytes(value)).decode("ascii")
     if isinstance(value, datetime | date | time):
         return value.isoformat()
-    if isinstance(value, AbstractSet):
+    if isinstance(value, set | frozenset):
         return sorted((_plain(item, omitted) for item in value), key=_json_order)
     if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray | Iterator):
         return [_plain(item, omitted) for item in value if not isinstance(item, omitted)]
