@@ -11,7 +11,7 @@
     journals.sql("select ... from runs")   # DuckDB over runs, entries and llm_calls
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
-    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (the otel extra)
+    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (OTLP/JSON)
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
@@ -43,7 +43,8 @@ from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if TYPE_CHECKING:
-    from kassette.explore._otlp import send_otlp, to_otlp
+    from kassette.explore._otlp import to_otlp
+    from kassette.explore._otlp_send import send_otlp
 
 if TYPE_CHECKING:
     from kassette.explore._widgets import CompareView, ForkExplorer, RunTree
@@ -75,14 +76,13 @@ _OTLP = {"send_otlp", "to_otlp"}
 
 
 def __getattr__(name: str) -> Any:
-    """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
-    extra), so they load on first use."""
+    """The widgets import ipywidgets, so they load on first use, as the OTLP functions do."""
     if name in _WIDGETS:
         from kassette.explore import _widgets as widgets
 
         return getattr(widgets, name)
     if name in _OTLP:
-        from kassette.explore import _otlp
+        from kassette.explore import _otlp, _otlp_send
 
-        return getattr(_otlp, name)
+        return getattr(_otlp_send if name == "send_otlp" else _otlp, name)
     raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
