@@ -1,16 +1,16 @@
 """Listeners: the public way to observe what the runs of this process journal.
 
-In the spirit of `logging.Handler` and `sys.addaudithook`: an integration that must see what the core does (live
-tracing, a progress display, a metrics exporter) subclasses `Listener`, overrides what it
-needs, and registers it with `add_listener`; it never replaces a method of `Run`. `appended` is
-called once per entry after the entry is durable (its write returned), in the thread that
-appended it, in offset order within a session; replayed entries are not appended, so they are
-not reported again. `opened` is called when a session opens, with the journal as it was read
-(what a listener needs of the run's past: its creation, say). `closed` is called when a session
-ends (`Run.close`, after a terminal entry, a suspend, a crash of the workflow or a fence), so a
-listener can drop what it kept for that session. A listener that raises is logged and skipped:
-observing never fails a workflow. With no listener registered the cost is one empty-tuple check
-per append.
+In the spirit of `logging.Handler` and `sys.addaudithook`: an integration that must see what
+the core does (live tracing, a progress display, a metrics exporter) subclasses `Listener`,
+overrides what it needs, and registers it with `add_listener`; it never replaces a method of
+`Run`. `appended` is called once per entry after the entry is durable (its write returned), in
+the thread that appended it, in offset order within a session; replayed entries are not
+appended, so they are not reported again. `opened` is called when a session opens, with the
+journal as it was read (what a listener needs of the run's past: its creation, say). `closed`
+is called when a session ends (`Run.close`, after a terminal entry, a suspend, a crash of the
+workflow or a fence), so a listener can drop what it kept for that session. A listener that
+raises is logged and skipped: observing never fails a workflow. With no listener registered the
+cost is one empty-tuple check per append.
 """
 
 from __future__ import annotations

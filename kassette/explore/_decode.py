@@ -37,6 +37,7 @@ from kassette._codec import (
 )
 from kassette._state import RunState, reduce_entry
 from kassette.explore._llm import run_totals
+from kassette.explore._working import working_columns
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
 
@@ -83,6 +84,9 @@ RUN_SCHEMA = pa.schema(
         pa.field("input_tokens", pa.int64(), nullable=False),
         pa.field("output_tokens", pa.int64(), nullable=False),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # the sum of the run's own sessions, and the gaps between them (_working.py)
+        pa.field("working_s", pa.float64()),
+        pa.field("waiting_s", pa.float64()),
     ]
 )
 
@@ -199,6 +203,7 @@ def with_runs(
     else:
         zeros = pa.array(np.zeros(len(run_ids), dtype=np.int64))
         columns += [zeros, zeros, zeros, pa.nulls(len(run_ids), pa.float64())]
+    columns += working_columns(entries, counts, columns[RUN_SCHEMA.get_field_index("duration_s")])
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 
