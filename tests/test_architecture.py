@@ -72,6 +72,7 @@ def test_the_layers_only_import_downward() -> None:
             "_clock",
             "_lineage",
             "_model_responses",
+            "_model_streams",
             "_timestamps",
             "_json_diff",
             "_public",
