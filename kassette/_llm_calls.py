@@ -49,11 +49,11 @@ from kassette._model_usage import openai_usage as _openai_usage
 
 __all__ = [
     "FINISH_REASONS",
+    "OPAQUE_FIELDS",
     "PROVIDERS",
     "VOLATILE_FIELDS",
     "LLMCall",
     "TokenUsage",
-    "comparable_request",
     "describe_response",
     "read_llm_call",
     "read_llm_result",
@@ -88,12 +88,6 @@ VOLATILE_FIELDS = frozenset(
 )
 """Fields of a response that differ between two calls that gave the same answer: ids,
 timestamps, the serving machine, usage, timings. `LLMCall.comparable()` leaves them out."""
-
-VOLATILE_REQUEST_FIELDS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id"})
-"""Fields of a request that the provider assigned afresh on each call (the ids of earlier tool
-calls and items the conversation hands back): two requests that differ only there ask the same.
-`comparable_request()` leaves them out."""
-_CONVERSATION_FIELDS = ("messages", "input", "system")  # a request's turns: where the ids are
 
 # What each provider's finish reason means in `FINISH_REASONS`' words.
 _FINISH = {
@@ -133,7 +127,7 @@ _ANTHROPIC_EVENTS = frozenset(
 # the Responses stream events that carry the response as it ended
 _ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # a tool's arguments are the model's own data: never stripped as volatile
-_OPAQUE = frozenset({"input", "arguments", "partial_json"})
+OPAQUE_FIELDS = frozenset({"input", "arguments", "partial_json"})
 
 
 @dataclass(frozen=True)
@@ -205,30 +199,6 @@ class LLMCall:
     def _read(self) -> _Read:
         # the whole response read once, when a field that needs more than its usage is asked
         return _READERS[self.shape](self.result) if self.shape is not None else _Read()
-
-
-def comparable_request(request: Any) -> Any:
-    """A request without `VOLATILE_REQUEST_FIELDS` (at any depth, but never inside a tool's
-    arguments or a tool use's input): two requests that ask the same compare equal."""
-    if not isinstance(request, dict):
-        return request
-    return {
-        key: _without_ids(item) if key in _CONVERSATION_FIELDS else item
-        for key, item in request.items()
-        if key != "previous_response_id"
-    }
-
-
-def _without_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: item if key in _OPAQUE else _without_ids(item)
-            for key, item in value.items()
-            if key not in VOLATILE_REQUEST_FIELDS
-        }
-    if isinstance(value, list):
-        return [_without_ids(item) for item in value]
-    return value
 
 
 def text_of_content(content: Any) -> str:
@@ -579,7 +549,7 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
 def _without_volatile(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            key: item if key in _OPAQUE else _without_volatile(item)
+            key: item if key in OPAQUE_FIELDS else _without_volatile(item)
             for key, item in value.items()
             if key not in VOLATILE_FIELDS
         }
@@ -625,20 +595,3 @@ def _finish(reason: Any) -> str | None:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-# the spellings before `llm_calls` became the one word (docs/reference.md, decision 9), for
-# code that imported them from the deprecated `kassette.model_calls`
-_RENAMED = {"ModelCall": "LLMCall", "read_model_call": "read_llm_call"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        import warnings
-
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{name} is deprecated; use kassette.core.{new}", DeprecationWarning, stacklevel=2
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
