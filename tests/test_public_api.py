@@ -234,6 +234,10 @@ PUBLIC_PACKAGES = {
     "kassette.storage": ("S3Storage",),
     "kassette.testing": ("FakeModelServer",),
     "kassette.explore": ("CompareView", "ForkExplorer", "RunTree", "send_otlp", "to_otlp"),
+    "kassette.integrations.openai": (),
+    "kassette.integrations.anthropic": (),
+    "kassette.integrations.otel": (),
+    "kassette.koto": (),  # the `koto` command is its interface; nothing is imported
 }
 
 
