@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
+from kassette._extras import requires
 from kassette._llm_calls import TokenUsage
 
 __all__ = ["call_costs"]
@@ -119,11 +120,7 @@ def _database_price(provider: str | None, model: str, counts: Counts) -> Decimal
 
 
 def _database_calculation(provider: str | None, model: str, counts: Counts) -> Any:
-    try:
+    with requires("the cost of model calls"):
         from genai_prices import Usage, calc_price
-    except ImportError as exc:  # pragma: no cover - exercised without the explore extra
-        raise ImportError(
-            'the cost of model calls comes from genai-prices: pip install "kassette[explore]"'
-        ) from exc
     usage = Usage(**dict(zip(_KINDS, counts, strict=True)))
     return calc_price(usage, model, provider_id=provider)

@@ -5,17 +5,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, TypeVar, cast
 
-try:
+from kassette._extras import requires
+
+with requires("kassette.integrations.anthropic"):
     import anthropic
     from anthropic import Anthropic, AsyncAnthropic, AsyncStream, Stream
     from anthropic._models import construct_type
     from anthropic.lib.streaming import AsyncMessageStreamManager, MessageStreamManager
     from anthropic.types import Message, RawMessageStreamEvent
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without anthropic
-    raise ImportError(
-        "kassette.integrations.anthropic needs the anthropic SDK, which is not installed: "
-        'pip install "kassette[anthropic]"'
-    ) from exc
 
 from kassette._workflow import AsyncContext, Context
 from kassette.core import Run

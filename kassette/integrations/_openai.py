@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Any, TypeVar, cast
 
-try:
+from kassette._extras import requires
+
+with requires("kassette.integrations.openai"):
     import openai
     from openai import AsyncOpenAI, AsyncStream, OpenAI, Stream
     from openai._models import construct_type
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
     from openai.types.responses import Response, ResponseStreamEvent
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without openai
-    raise ImportError(
-        "kassette.integrations.openai needs the openai SDK, which is not installed: "
-        'pip install "kassette[openai]"'
-    ) from exc
 
 from kassette._workflow import AsyncContext, Context
 from kassette.core import Run
