@@ -42,6 +42,7 @@ from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
+from kassette._model_usage import MAX_COUNT as MAX_COUNT
 from kassette._model_usage import TokenUsage
 from kassette._model_usage import anthropic_usage as _anthropic_usage
 from kassette._model_usage import openai_usage as _openai_usage
@@ -179,6 +180,12 @@ class ModelCall:
         return _USAGE_READERS[self.shape](self.result)
 
     @property
+    def problems(self) -> tuple[str, ...]:
+        """What in the response could only be read leniently (a stream item without an index,
+        a token count that is no count), in words; empty when nothing."""
+        return (*self._read.problems, *self.usage.problems)
+
+    @property
     def prompt(self) -> str | None:
         """The text of the request's last user message (None without a request or one)."""
         return _prompt(self.request)
@@ -312,6 +319,17 @@ class _Read:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
+    problems: list[str] = field(default_factory=list)
+
+
+def _index(part: dict[str, Any], last: int, problems: list[str], what: str) -> int:
+    """A stream item's `index` (0 when absent); one that is no integer continues the item
+    before it, noted in `problems` (sorting `None` beside 0 would fail the whole read)."""
+    index = part.get("index", 0)
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    problems.append(f"a streamed {what} has index {index!r}: read as part of {what} {last}")
+    return last
 
 
 def _read_chat(result: Any) -> _Read:
@@ -335,7 +353,7 @@ def _read_chat(result: Any) -> _Read:
 def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    finish = None
+    finish, last, problems = None, 0, list[str]()
     for chunk in chunks:
         for choice in _dicts(chunk.get("choices")):
             if choice.get("index", 0) != 0:
@@ -347,7 +365,8 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
             if isinstance(delta.get("function_call"), dict):
                 deltas.append({"index": -1, "function": delta["function_call"]})
             for part in deltas:
-                slot = calls.setdefault(part.get("index", 0), {"name": None, "arguments": ""})
+                last = _index(part, last, problems, "tool call")
+                slot = calls.setdefault(last, {"name": None, "arguments": ""})
                 function = _dict(part.get("function"))
                 slot["name"] = slot["name"] or function.get("name")
                 if isinstance(function.get("arguments"), str):
@@ -358,6 +377,7 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
         tool_calls=[_tool_call(c["name"], c["arguments"]) for _, c in sorted(calls.items())],
         finish_reason=_finish(finish),
         usage=_chat_usage({"stream": chunks}),
+        problems=problems,
     )
 
 
@@ -428,15 +448,17 @@ def _read_messages(result: Any) -> _Read:
         )
     message: dict[str, Any] = {}
     blocks_at: dict[int, dict[str, Any]] = {}
-    stop = None
+    stop, last, problems = None, 0, list[str]()
     for event in result["stream"]:
         kind = event.get("type")
         if kind == "message_start":
             message = _dict(event.get("message"))
         elif kind == "content_block_start":
-            blocks_at[event.get("index", 0)] = dict(_dict(event.get("content_block")))
+            last = _index(event, last, problems, "content block")
+            blocks_at[last] = dict(_dict(event.get("content_block")))
         elif kind == "content_block_delta":
-            block = blocks_at.setdefault(event.get("index", 0), {})
+            last = _index(event, last, problems, "content block")
+            block = blocks_at.setdefault(last, {})
             delta = _dict(event.get("delta"))
             if isinstance(delta.get("text"), str):
                 block["text"] = block.get("text", "") + delta["text"]
@@ -450,6 +472,7 @@ def _read_messages(result: Any) -> _Read:
             block["input"] = _decoded(block.pop("partial_json") or "{}")
     read = _read_messages({**message, "content": blocks, "stop_reason": stop, "usage": None})
     read.usage = _messages_usage(result)
+    read.problems = problems
     return read
 
 

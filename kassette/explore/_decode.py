@@ -80,8 +80,8 @@ RUN_SCHEMA = pa.schema(
         pa.field("result", pa.large_string()),
         # the run's own model calls and tokens: a fork's copied prefix is its source's
         pa.field("llm_calls", pa.int64(), nullable=False),
-        pa.field("input_tokens", pa.int64(), nullable=False),
-        pa.field("output_tokens", pa.int64(), nullable=False),
+        pa.field("input_tokens", pa.int64()),  # null: a sum past 64 bits (hostile usage)
+        pa.field("output_tokens", pa.int64()),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
     ]
 )
@@ -188,7 +188,8 @@ def with_runs(
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
     calls, given, taken, cost = run_totals(entries, list(run_ids))
-    columns += [pa.array(calls), pa.array(given), pa.array(taken), pa.array(cost, from_pandas=True)]
+    given, taken = pa.array(given, pa.int64()), pa.array(taken, pa.int64())
+    columns += [pa.array(calls), given, taken, pa.array(cost, from_pandas=True)]
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 
