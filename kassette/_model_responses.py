@@ -1,6 +1,6 @@
 """Responses written for a text: what a fork edit of a model call journals.
 
-`kassette.model_calls.response_from_text` picks the shape (an OpenAI chat completion or its
+`kassette._llm_calls.response_from_text` picks the shape (an OpenAI chat completion or its
 chunks, a Responses API response or its events, an Anthropic message or its events); the
 functions here write it, keeping the recorded response's other fields. Standard library only.
 """
@@ -190,7 +190,7 @@ def anthropic_events(message: dict[str, Any], text: str) -> list[dict[str, Any]]
     ]
 
 
-# -- small readers shared with kassette.model_calls ------------------------------------------
+# -- small readers shared with kassette._llm_calls ------------------------------------------
 
 
 def is_stream(result: Any) -> bool:
@@ -207,3 +207,13 @@ def as_dict(value: Any) -> dict[str, Any]:
 
 def count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def index(part: dict[str, Any], last: int, problems: list[str], what: str) -> int:
+    """A stream item's `index` (0 when absent); one that is no integer continues the item
+    before it, noted in `problems` (sorting `None` beside 0 would fail the whole read)."""
+    index = part.get("index", 0)
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    problems.append(f"a streamed {what} has index {index!r}: read as part of {what} {last}")
+    return last

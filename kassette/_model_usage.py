@@ -13,9 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kassette._model_responses import as_dict
+from kassette._model_responses import as_dict, is_stream
 
 MAX_COUNT = 2**63 - 1  # the largest count an int64 column holds
+# the Responses stream events that carry the response as it ended
+ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,35 @@ def _checked(counts: _Counts, **read: int | None) -> TokenUsage:
 
 def sum_counts(first: int | None, second: int | None) -> int | None:
     return first + second if first is not None and second is not None else None
+
+
+def chat_usage(result: Any) -> TokenUsage:
+    """A chat completion's usage; a stream's is on its last chunk that has one (when asked for
+    with `stream_options={"include_usage": True}`)."""
+    if not is_stream(result):
+        return openai_usage(result.get("usage"))
+    chunks = result["stream"]
+    return openai_usage(next((c["usage"] for c in reversed(chunks) if c.get("usage")), None))
+
+
+def responses_usage(result: Any) -> TokenUsage:
+    """A Responses API response's usage; a stream's is its final response's."""
+    if not is_stream(result):
+        return openai_usage(result.get("usage"))
+    ended = [e.get("response") for e in result["stream"] if e.get("type") in ENDED]
+    return openai_usage(as_dict(ended[-1]).get("usage") if ended else None)
+
+
+def messages_usage(result: Any) -> TokenUsage:
+    """An Anthropic message's usage; a stream's is `message_start`'s, updated by each
+    `message_delta`'s (its final output count, and any count it repeats)."""
+    if not is_stream(result):
+        return anthropic_usage(result.get("usage"))
+    usage: dict[str, Any] = {}
+    for event in result["stream"]:
+        kind = event.get("type")
+        if kind == "message_start":
+            usage.update(as_dict(as_dict(event.get("message")).get("usage")))
+        elif kind == "message_delta":
+            usage.update({k: v for k, v in as_dict(event.get("usage")).items() if v is not None})
+    return anthropic_usage(usage or None)

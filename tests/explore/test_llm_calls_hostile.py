@@ -12,7 +12,7 @@ import pytest
 
 from kassette import MemoryStorage
 from kassette import explore as kx
-from kassette.model_calls import read_model_result
+from kassette._llm_calls import read_llm_result
 from tests.explore.test_llm_calls import chat, database_cost, journal, step
 
 GOOD_USAGE = {"prompt_tokens": 100, "completion_tokens": 10}
@@ -172,7 +172,7 @@ def test_an_anthropic_stream_block_with_index_null_is_read_and_flagged() -> None
         {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
          "usage": {"output_tokens": 2}},
     ]  # fmt: skip
-    call = read_model_result({"stream": events})
+    call = read_llm_result({"stream": events})
     assert call is not None
     assert call.text == "ab"
     assert call.problems == (
@@ -185,7 +185,7 @@ def test_a_response_no_reader_foresaw_is_a_flagged_row_not_an_error(
 ) -> None:
     """The last line of defence: whatever a reader raises for one call, that call's row says
     so and every other call is read."""
-    from kassette import model_calls
+    from kassette import _llm_calls as model_calls
 
     real = model_calls._read_chat
 
