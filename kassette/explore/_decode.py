@@ -38,7 +38,7 @@ from kassette._codec import (
 from kassette._state import RunState, reduce_entry
 from kassette.explore._llm import run_totals
 
-__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
+__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "TOTALS", "decode", "with_runs", "with_totals"]
 
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
@@ -86,6 +86,11 @@ RUN_SCHEMA = pa.schema(
     ]
 )
 
+# the runs' model-call totals: read from the calls' responses, so only when first asked for
+TOTALS = ("llm_calls", "input_tokens", "output_tokens", "cost_usd")
+
+_BASE_RUN_SCHEMA = pa.schema([field for field in RUN_SCHEMA if field.name not in TOTALS])
+
 ENVELOPE = ("type", "session", "offset", "timestamp")
 
 # What Arrow's JSON reader extracts; every other field is skipped (and kept in `value`).
@@ -115,6 +120,7 @@ _CANONICAL = (
     r'"timestamp":"[^"\\]*"[,}]'
 )
 
+_MANY_BRACKETS = rf"^(?:[^\[{{]*[\[{{]){{{MAX_LINE_DEPTH + 1}}}"
 _ESCAPED_SURROGATE = r"\\u[dD][89a-fA-F]"  # maybe a lone one: `decode_line` tells
 
 IntArray = npt.NDArray[np.int64]
@@ -170,13 +176,14 @@ class Batch:
         return first, second
 
 
-def decode(batch: Batch) -> tuple[pa.Table, pa.Table]:
-    """The entries table and the runs table of every run in `batch`, in `batch`'s order."""
-    return with_runs(_entries(batch), batch.run_ids, batch.counts(batch.line_ends()))
+def decode(batch: Batch, *, totals: bool = True) -> tuple[pa.Table, pa.Table]:
+    """The entries table and the runs table of every run in `batch`, in `batch`'s order;
+    without `totals`, the runs table lacks the `TOTALS` columns (`with_totals` adds them)."""
+    return with_runs(_entries(batch), batch.run_ids, batch.counts(batch.line_ends()), totals=totals)
 
 
 def with_runs(
-    read: pa.Table, run_ids: Sequence[str], counts: IntArray
+    read: pa.Table, run_ids: Sequence[str], counts: IntArray, *, totals: bool = True
 ) -> tuple[pa.Table, pa.Table]:
     """The entries as read (any `copied` column is recomputed) with `copied`, and the runs
     table, for runs `run_ids` holding `counts` entries each, in that order."""
@@ -187,10 +194,21 @@ def with_runs(
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
-    calls, given, taken, cost = run_totals(entries, list(run_ids))
-    given, taken = pa.array(given, pa.int64()), pa.array(taken, pa.int64())
-    columns += [pa.array(calls), given, taken, pa.array(cost, from_pandas=True)]
-    return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
+    runs = pa.Table.from_arrays(columns, schema=_BASE_RUN_SCHEMA)
+    return entries, with_totals(entries, runs) if totals else runs
+
+
+def with_totals(entries: pa.Table, runs: pa.Table) -> pa.Table:
+    """`runs` (without the `TOTALS` columns) with them, from the model calls of `entries`."""
+    calls, given, taken, cost = run_totals(entries, runs.column("run_id").to_pylist())
+    found = {
+        "llm_calls": pa.array(calls),
+        "input_tokens": pa.array(given, pa.int64()),
+        "output_tokens": pa.array(taken, pa.int64()),
+        "cost_usd": pa.array(cost, from_pandas=True),
+    }
+    arrays = [found[name] if name in found else runs.column(name) for name in RUN_SCHEMA.names]
+    return pa.Table.from_arrays(arrays, schema=RUN_SCHEMA)
 
 
 def _entries(batch: Batch) -> pa.Table:
@@ -289,8 +307,9 @@ def _strictly_readable(lines: pa.Array, data: bytearray, starts: IntArray, ends:
         lines.cast(pa.large_string())  # validates UTF-8, surrogates and overlong forms included
     except pa.ArrowInvalid:
         return False
-    brackets = pc.add(pc.count_substring(lines, "["), pc.count_substring(lines, "{")).to_numpy()
-    for row in np.flatnonzero(brackets > MAX_LINE_DEPTH).tolist():  # few: measured exactly
+    # one anchored pass: a line with more than MAX_LINE_DEPTH brackets may be too deep
+    many = pc.match_substring_regex(lines, _MANY_BRACKETS).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(many).tolist():  # few: measured exactly
         if too_deep(bytes(data[starts[row] : ends[row]])):
             return False
     return not pc.any(pc.match_substring_regex(lines, _ESCAPED_SURROGATE)).as_py()

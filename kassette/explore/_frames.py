@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kassette.errors import InvalidArgumentError
-from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
+from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, TOTALS, Batch, decode, with_totals
 from kassette.explore._export import ParquetSink, check_partition_by
 from kassette.explore._llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
@@ -95,6 +95,9 @@ class Journals:
         `RUN_SCHEMA` or `LLM_CALL_SCHEMA`."""
         if table == "llm_calls" and table not in self._tables:
             self._tables[table] = llm_calls(self._tables["entries"])
+        if table == "runs" and TOTALS[-1] not in self._tables["runs"].column_names:
+            # what the runs' model calls spent is read from them when first asked for
+            self._tables["runs"] = with_totals(self._tables["entries"], self._tables["runs"])
         if table not in self._tables:
             raise InvalidArgumentError(
                 f"table must be 'entries', 'runs' or 'llm_calls', not {table!r}"
@@ -125,8 +128,8 @@ class Journals:
             )
             columns = ["run_id"] if partition_by is None else partition_by
         sink = ParquetSink(Path(directory), partition_by=check_partition_by(columns))
-        sink.write(self._tables["entries"], self._tables["runs"])
-        sink.close(self._tables["runs"])
+        sink.write(self._tables["entries"], self.to_arrow("runs"))
+        sink.close(self.to_arrow("runs"))
         return Path(directory)
 
     def reload(self) -> Journals:
@@ -259,9 +262,9 @@ def load(
     for batch in read_batches(storage, wanted):
         if stamped is None:
             stamps.update(batch.versions)  # a token serves as a stamp
-        decoded.append(decode(batch))
+        decoded.append(decode(batch, totals=False))  # added when the runs table is asked for
     if not decoded:
-        decoded = [decode(Batch())]
+        decoded = [decode(Batch(), totals=False)]
     entries = pa.concat_tables([entries for entries, _ in decoded])
     runs = pa.concat_tables([runs for _, runs in decoded])
     if wanted is None:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.explore._decode import decode
+from kassette.explore._decode import TOTALS, decode
 from kassette.explore._read import in_run_order, oldest_first, read_batches
 from kassette.storage import RunStamps, Storage, read_stamps
 
@@ -66,7 +66,8 @@ def refreshed(
         return None
     decoded = []
     for batch in read_batches(storage, changed, skipped=gone.append, missing_ok=True):
-        decoded.append(decode(batch))
+        # the runs' model-call totals, when not read yet, are read when asked for
+        decoded.append(decode(batch, totals=TOTALS[-1] in runs.column_names))
     fresh = {run_id: stamp for run_id, stamp in now.items() if run_id not in gone}
     drop = pa.array([*changed, *gone], pa.string())
     tables = []
