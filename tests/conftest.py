@@ -30,6 +30,13 @@ SLOW_FILES = {
     "tests/explore/test_otlp_phoenix.py": "a real Arize Phoenix server",
     "tests/explore/test_lab.py": "JupyterLab",
     "tests/koto/test_koto_s3.py": "machines sharing S3, in processes",
+    # the koto CLI as a process for every verb of every scenario (the fast set keeps koto's
+    # config, template, frontmatter, gates, context, export and concurrency tests)
+    "tests/koto/test_koto_examples.py": "the koto CLI, a process per verb",
+    "tests/koto/test_koto_hostile.py": "the koto CLI, a process per verb",
+    "tests/koto/test_koto_lifecycle.py": "the koto CLI, a process per verb",
+    "tests/koto/test_koto_scenarios.py": "the koto CLI, a process per verb",
+    "tests/koto/test_koto_upstream.py": "the koto CLI, a process per verb",
 }
 SLOW_PATTERNS = {"tests/explore/test_*browser*.py": "Chromium driven by Playwright"}
 SLOW_FIXTURES = {"lab": "JupyterLab and Chromium", "page": "Chromium"}
@@ -37,6 +44,13 @@ SLOW_FIXTURES = {"lab": "JupyterLab and Chromium", "page": "Chromium"}
 SLOW_FUNCTIONS = {
     "tests/test_docs.py::test_python_block_is_an_example_or_runs": "each block a program",
     "tests/test_docs.py::test_console_block_is_what_the_real_command_prints": "a shell",
+    # single tests that alone take many seconds
+    "tests/test_journal.py::test_status_without_step_bodies_is_the_parsed_journals_status": "",
+    "tests/storage/test_s3.py::test_cli_verbs_work_on_s3": "the CLI against moto, per verb",
+    "tests/storage/test_s3_chunks.py::"
+    "test_a_long_run_uploads_at_most_four_times_its_journal_one_put_per_append": "",
+    "tests/storage/test_s3_chunks.py::test_a_merge_empties_the_small_chunks_it_replaces": "",
+    "tests/storage/test_s3_chunks.py::test_opening_a_run_reads_its_head_then_its_live_chunks": "",
 }
 
 
@@ -53,7 +67,7 @@ def slow_reason(item: pytest.Item) -> str | None:
             return reason
     function = getattr(item, "originalname", None) or item.name
     if f"{relative}::{function}" in SLOW_FUNCTIONS:
-        return SLOW_FUNCTIONS[f"{relative}::{function}"]
+        return SLOW_FUNCTIONS[f"{relative}::{function}"] or "it alone takes many seconds"
     fixtures = set(getattr(item, "fixturenames", ())) & set(SLOW_FIXTURES)
     return SLOW_FIXTURES[min(fixtures)] if fixtures else None
 
