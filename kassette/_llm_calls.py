@@ -447,10 +447,18 @@ def _read_messages(result: Any) -> _Read:
         if kind == "message_start":
             message = _dict(event.get("message"))
         elif kind == "content_block_start":
-            last = _index(event, last, problems, "content block")
+            last = (
+                at
+                if type(at := event.get("index", 0)) is int
+                else _index(event, last, problems, "content block")
+            )
             blocks_at[last] = dict(_dict(event.get("content_block")))
         elif kind == "content_block_delta":
-            last = _index(event, last, problems, "content block")
+            last = (
+                at
+                if type(at := event.get("index", 0)) is int
+                else _index(event, last, problems, "content block")
+            )
             block = blocks_at.setdefault(last, {})
             delta = _dict(event.get("delta"))
             if isinstance(delta.get("text"), str):

@@ -42,27 +42,29 @@ class TokenUsage:
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
-class _Counts:
-    """Reads a usage object's counts, noting every value that is no count."""
-
-    def __init__(self, usage: dict[str, Any]) -> None:
-        self.usage = usage
-        self.problems: list[str] = []
-
-    def get(self, key: str, within: dict[str, Any] | None = None, name: str = "") -> int | None:
-        value = (self.usage if within is None else within).get(key)
-        if value is None:
-            return None
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
-            return value
+def _counts(
+    usage: dict[str, Any], keys: tuple[tuple[str, str] | None, ...]
+) -> tuple[list[Any], list[str]]:
+    """The counts at `keys` of `usage` ((details object or "" for `usage` itself, key) pairs;
+    None: not reported), each value that is no count read as None and named in the problems."""
+    found: list[Any] = []
+    problems: list[str] = []
+    for at in keys:
+        if at is None:
+            found.append(None)
+            continue
+        within, key = at
+        value = usage[within].get(key) if within else usage.get(key)
+        if value is None or (type(value) is int and 0 <= value <= MAX_COUNT):
+            found.append(value)
+            continue
+        found.append(None)
         shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:21] + "..."
-        reason = "negative" if _is_number(value) and value < 0 else "not a 64-bit count"
-        self.problems.append(f"usage {name or key} is {shown}: {reason}, read as unknown")
-        return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+        negative = isinstance(value, int | float) and not isinstance(value, bool) and value < 0
+        reason = "negative" if negative else "not a 64-bit count"
+        name = f"{within}.{key}" if within else key
+        problems.append(f"usage {name} is {shown}: {reason}, read as unknown")
+    return found, problems
 
 
 def openai_usage(usage: Any) -> TokenUsage:
@@ -70,71 +72,74 @@ def openai_usage(usage: Any) -> TokenUsage:
     `input_tokens`/`output_tokens`, with their details."""
     if not isinstance(usage, dict):
         return TokenUsage()
-    counts = _Counts(usage)
-    given = counts.get("input_tokens" if "input_tokens" in usage else "prompt_tokens")
-    taken = counts.get("output_tokens" if "output_tokens" in usage else "completion_tokens")
-    total = counts.get("total_tokens")
-    in_key = (
+    given_in = (
         "input_tokens_details" if usage.get("input_tokens_details") else "prompt_tokens_details"
     )
-    out_key = (
+    taken_in = (
         "output_tokens_details"
         if usage.get("output_tokens_details")
         else "completion_tokens_details"
     )
-    given_details, taken_details = as_dict(usage.get(in_key)), as_dict(usage.get(out_key))
-    return _checked(
-        counts,
-        input_tokens=given,
-        output_tokens=taken,
-        total_tokens=total if total is not None else sum_counts(given, taken),
-        cached_input_tokens=counts.get("cached_tokens", given_details, f"{in_key}.cached_tokens"),
-        cache_creation_input_tokens=counts.get(
-            "cache_write_tokens", given_details, f"{in_key}.cache_write_tokens"
-        ),
-        reasoning_tokens=counts.get(
-            "reasoning_tokens", taken_details, f"{out_key}.reasoning_tokens"
+    if not isinstance(usage.get(given_in), dict):
+        given_in = ""  # no details object: no cached tokens reported
+    if not isinstance(usage.get(taken_in), dict):
+        taken_in = ""
+    (given, taken, total, cached, written, reasoning), problems = _counts(
+        usage,
+        (
+            ("", "input_tokens" if "input_tokens" in usage else "prompt_tokens"),
+            ("", "output_tokens" if "output_tokens" in usage else "completion_tokens"),
+            ("", "total_tokens"),
+            (given_in, "cached_tokens") if given_in else None,
+            (given_in, "cache_write_tokens") if given_in else None,
+            (taken_in, "reasoning_tokens") if taken_in else None,
         ),
     )
+    if total is None:
+        total = sum_counts(given, taken)
+    return _checked(problems, given, taken, total, cached, written, reasoning)
 
 
 def anthropic_usage(usage: Any) -> TokenUsage:
     """Anthropic's `input_tokens` leave out the cached ones: they are added back here."""
     if not isinstance(usage, dict):
         return TokenUsage()
-    counts = _Counts(usage)
-    read = counts.get("cache_read_input_tokens")
-    written = counts.get("cache_creation_input_tokens")
-    given = counts.get("input_tokens")
+    (read, written, given, taken), problems = _counts(
+        usage,
+        (
+            ("", "cache_read_input_tokens"),
+            ("", "cache_creation_input_tokens"),
+            ("", "input_tokens"),
+            ("", "output_tokens"),
+        ),
+    )
     if given is not None:
         given += (read or 0) + (written or 0)
-    taken = counts.get("output_tokens")
-    return _checked(
-        counts,
-        input_tokens=given,
-        output_tokens=taken,
-        total_tokens=sum_counts(given, taken),
-        cached_input_tokens=read,
-        cache_creation_input_tokens=written,
-    )
+    return _checked(problems, given, taken, sum_counts(given, taken), read, written, None)
 
 
-def _checked(counts: _Counts, **read: int | None) -> TokenUsage:
+def _checked(
+    problems: list[str],
+    given: int | None,
+    taken: int | None,
+    total: int | None,
+    cached: int | None,
+    written: int | None,
+    reasoning: int | None,
+) -> TokenUsage:
     """The usage, with the counts that contradict each other (or a sum past 64 bits) noted."""
-    problems = counts.problems
-    given, taken = read["input_tokens"], read["output_tokens"]
-    cached = (read["cached_input_tokens"] or 0) + (read.get("cache_creation_input_tokens") or 0)
-    if given is not None and cached > given:
-        problems.append(f"{cached} cached input tokens but {given} input tokens in all")
-    reasoning = read.get("reasoning_tokens")
+    if given is not None and (cached or 0) + (written or 0) > given:
+        both = (cached or 0) + (written or 0)
+        problems.append(f"{both} cached input tokens but {given} input tokens in all")
     if taken is not None and reasoning is not None and reasoning > taken:
         problems.append(f"{reasoning} reasoning tokens but {taken} output tokens in all")
-    for name in ("input_tokens", "total_tokens"):
-        value = read[name]
-        if value is not None and value > MAX_COUNT:  # a sum of counts within range
-            problems.append(f"{name} {value} is past 64 bits, read as unknown")
-            read[name] = None
-    return TokenUsage(**read, problems=tuple(problems))
+    if given is not None and given > MAX_COUNT:  # a sum of counts within range
+        problems.append(f"input_tokens {given} is past 64 bits, read as unknown")
+        given = None
+    if total is not None and total > MAX_COUNT:
+        problems.append(f"total_tokens {total} is past 64 bits, read as unknown")
+        total = None
+    return TokenUsage(given, taken, total, cached, written, reasoning, tuple(problems))
 
 
 def sum_counts(first: int | None, second: int | None) -> int | None:
