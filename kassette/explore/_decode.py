@@ -37,8 +37,9 @@ from kassette._codec import (
 )
 from kassette._state import RunState, reduce_entry
 from kassette.explore._llm import run_totals
+from kassette.explore._working import working_columns
 
-__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "TOTALS", "decode", "with_runs", "with_totals"]
+__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs", "with_totals"]
 
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
@@ -83,13 +84,11 @@ RUN_SCHEMA = pa.schema(
         pa.field("input_tokens", pa.int64()),  # null: a sum past 64 bits (hostile usage)
         pa.field("output_tokens", pa.int64()),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # the sum of the run's own sessions, and the gaps between them (_working.py)
+        pa.field("working_s", pa.float64()),
+        pa.field("waiting_s", pa.float64()),
     ]
 )
-
-# the runs' model-call totals: read from the calls' responses, so only when first asked for
-TOTALS = ("llm_calls", "input_tokens", "output_tokens", "cost_usd")
-
-_BASE_RUN_SCHEMA = pa.schema([field for field in RUN_SCHEMA if field.name not in TOTALS])
 
 ENVELOPE = ("type", "session", "offset", "timestamp")
 
@@ -177,16 +176,21 @@ class Batch:
 
 
 def decode(batch: Batch, *, totals: bool = True) -> tuple[pa.Table, pa.Table]:
-    """The entries table and the runs table of every run in `batch`, in `batch`'s order;
-    without `totals`, the runs table lacks the `TOTALS` columns (`with_totals` adds them)."""
-    return with_runs(_entries(batch), batch.run_ids, batch.counts(batch.line_ends()), totals=totals)
+    """The entries table and the runs table of every run in `batch`, in `batch`'s order
+    (`totals`: see `with_runs`)."""
+    counts = batch.counts(batch.line_ends())
+    return with_runs(_entries(batch), batch.run_ids, counts, totals=totals)
 
 
 def with_runs(
     read: pa.Table, run_ids: Sequence[str], counts: IntArray, *, totals: bool = True
 ) -> tuple[pa.Table, pa.Table]:
     """The entries as read (any `copied` column is recomputed) with `copied`, and the runs
-    table, for runs `run_ids` holding `counts` entries each, in that order."""
+    table, for runs `run_ids` holding `counts` entries each, in that order. Without `totals`,
+    the model-call totals (`llm_calls`, the tokens: 0; `cost_usd`: null) are not read, for a
+    reader of the entries that never shows them (the OTLP export), or until the runs table is
+    first read (`kx.load`, then `with_totals`): reading every model call is most of a decode's
+    time."""
     if "copied" in read.column_names:
         read = read.drop_columns(["copied"])
     columns, fork_offsets = _runs(read, run_ids, counts)
@@ -194,12 +198,20 @@ def with_runs(
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
-    runs = pa.Table.from_arrays(columns, schema=_BASE_RUN_SCHEMA)
-    return entries, with_totals(entries, runs) if totals else runs
+    if totals:
+        calls, given, taken, cost = run_totals(entries, list(run_ids))
+        columns += [pa.array(calls), pa.array(given, pa.int64()), pa.array(taken, pa.int64())]
+        columns.append(pa.array(cost, from_pandas=True))
+    else:
+        zeros = pa.array(np.zeros(len(run_ids), dtype=np.int64))
+        columns += [zeros, zeros, zeros, pa.nulls(len(run_ids), pa.float64())]
+    columns += working_columns(entries, counts, columns[RUN_SCHEMA.get_field_index("duration_s")])
+    return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 
 def with_totals(entries: pa.Table, runs: pa.Table) -> pa.Table:
-    """`runs` (without the `TOTALS` columns) with them, from the model calls of `entries`."""
+    """`runs` read without `totals` (see `with_runs`) with its `TOTALS` read from the model
+    calls of `entries`: what `kx.load` leaves to the first reader of the runs table."""
     calls, given, taken, cost = run_totals(entries, runs.column("run_id").to_pylist())
     found = {
         "llm_calls": pa.array(calls),
@@ -207,7 +219,7 @@ def with_totals(entries: pa.Table, runs: pa.Table) -> pa.Table:
         "output_tokens": pa.array(taken, pa.int64()),
         "cost_usd": pa.array(cost, from_pandas=True),
     }
-    arrays = [found[name] if name in found else runs.column(name) for name in RUN_SCHEMA.names]
+    arrays = [found.get(name, runs.column(name)) for name in RUN_SCHEMA.names]
     return pa.Table.from_arrays(arrays, schema=RUN_SCHEMA)
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kassette.errors import InvalidArgumentError
-from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, TOTALS, Batch, decode, with_totals
+from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode, with_totals
 from kassette.explore._export import ParquetSink, check_partition_by
 from kassette.explore._llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
@@ -50,8 +50,11 @@ class Journals:
         storage: Storage | None = None,
         run_ids: list[str] | None = None,
         stamps: dict[str, object] | None = None,
+        totals: bool = True,
     ) -> None:
         self._tables: dict[str, pa.Table] = {"entries": entries, "runs": runs}
+        # False: the runs' model-call totals are not read yet (`_decode.with_runs`)
+        self._totals = totals
         self._frames: dict[str, pd.DataFrame] = {}
         self.storage = storage
         self._run_ids = run_ids  # the runs asked for; None: every run of the storage
@@ -95,9 +98,10 @@ class Journals:
         `RUN_SCHEMA` or `LLM_CALL_SCHEMA`."""
         if table == "llm_calls" and table not in self._tables:
             self._tables[table] = llm_calls(self._tables["entries"])
-        if table == "runs" and TOTALS[-1] not in self._tables["runs"].column_names:
+        if table == "runs" and not self._totals:
             # what the runs' model calls spent is read from them when first asked for
             self._tables["runs"] = with_totals(self._tables["entries"], self._tables["runs"])
+            self._totals = True
         if table not in self._tables:
             raise InvalidArgumentError(
                 f"table must be 'entries', 'runs' or 'llm_calls', not {table!r}"
@@ -133,10 +137,13 @@ class Journals:
         return Path(directory)
 
     def reload(self) -> Journals:
-        """The same runs (or, if all runs were loaded, all runs) read again from storage."""
-        if self.storage is None:
-            raise InvalidArgumentError("these journals were not loaded from a storage")
-        return load(self.storage, run_ids=self._run_ids)
+        """Deprecated: `refresh()` reads what changed (docs/reference.md, decision 13)."""
+        warnings.warn(
+            "Journals.reload() is deprecated; use Journals.refresh()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.refresh()
 
     def refresh(self) -> Journals:
         """These journals with every run whose journal changed since it was read read again,
@@ -151,7 +158,12 @@ class Journals:
             raise InvalidArgumentError("these journals were not loaded from a storage")
         tables = self._tables
         found = refreshed(
-            self.storage, self._run_ids, self._stamps, tables["entries"], tables["runs"]
+            self.storage,
+            self._run_ids,
+            self._stamps,
+            tables["entries"],
+            tables["runs"],
+            totals=self._totals,
         )
         if found is None:
             return self
@@ -161,6 +173,7 @@ class Journals:
             storage=self.storage,
             run_ids=self._run_ids,
             stamps=found.stamps,
+            totals=self._totals,
         )
 
     def __len__(self) -> int:
@@ -212,6 +225,7 @@ class Journals:
             storage=self.storage,
             run_ids=wanted.to_pylist(),
             stamps={run: self._stamps[run] for run in run_ids if run in self._stamps},
+            totals=self._totals,
         )
 
     def _status_counts(self) -> Iterator[tuple[str, int]]:
@@ -269,4 +283,4 @@ def load(
     runs = pa.concat_tables([runs for _, runs in decoded])
     if wanted is None:
         runs = oldest_first(runs)
-    return Journals(entries, runs, storage=storage, run_ids=wanted, stamps=stamps)
+    return Journals(entries, runs, storage=storage, run_ids=wanted, stamps=stamps, totals=False)
