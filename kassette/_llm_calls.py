@@ -38,14 +38,20 @@ from kassette._model_responses import as_dict as _dict
 from kassette._model_responses import chat_chunks as _chat_chunks
 from kassette._model_responses import chat_completion as _chat_completion
 from kassette._model_responses import dicts as _dicts
+from kassette._model_responses import index as _index
 from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
 from kassette._model_streams import expanded as _expanded
+from kassette._model_usage import ENDED as _ENDED
+from kassette._model_usage import MAX_COUNT as MAX_COUNT
 from kassette._model_usage import TokenUsage
 from kassette._model_usage import anthropic_usage as _anthropic_usage
+from kassette._model_usage import chat_usage as _chat_usage
+from kassette._model_usage import messages_usage as _messages_usage
 from kassette._model_usage import openai_usage as _openai_usage
+from kassette._model_usage import responses_usage as _responses_usage
 
 __all__ = [
     "FINISH_REASONS",
@@ -124,8 +130,6 @@ _ANTHROPIC_EVENTS = frozenset(
         "error",
     }
 )
-# the Responses stream events that carry the response as it ended
-_ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # a tool's arguments are the model's own data: never stripped as volatile
 OPAQUE_FIELDS = frozenset({"input", "arguments", "partial_json"})
 
@@ -184,6 +188,12 @@ class LLMCall:
         if self.shape is None or "_read" in self.__dict__:
             return self._read.usage  # read with the rest already
         return _USAGE_READERS[self.shape](self.result)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """What in the response could only be read leniently (a stream item without an index,
+        a token count that is no count), in words; empty when nothing."""
+        return (*self._read.problems, *self.usage.problems)
 
     @property
     def prompt(self) -> str | None:
@@ -333,6 +343,7 @@ class _Read:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
+    problems: list[str] = field(default_factory=list)
 
 
 def _read_chat(result: Any) -> _Read:
@@ -356,7 +367,7 @@ def _read_chat(result: Any) -> _Read:
 def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    finish = None
+    finish, last, problems = None, 0, list[str]()
     for chunk in chunks:
         for choice in _dicts(chunk.get("choices")):
             if choice.get("index", 0) != 0:
@@ -368,7 +379,8 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
             if isinstance(delta.get("function_call"), dict):
                 deltas.append({"index": -1, "function": delta["function_call"]})
             for part in deltas:
-                slot = calls.setdefault(part.get("index", 0), {"name": None, "arguments": ""})
+                last = _index(part, last, problems, "tool call")
+                slot = calls.setdefault(last, {"name": None, "arguments": ""})
                 function = _dict(part.get("function"))
                 slot["name"] = slot["name"] or function.get("name")
                 if isinstance(function.get("arguments"), str):
@@ -379,6 +391,7 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
         tool_calls=[_tool_call(c["name"], c["arguments"]) for _, c in sorted(calls.items())],
         finish_reason=_finish(finish),
         usage=_chat_usage({"stream": chunks}),
+        problems=problems,
     )
 
 
@@ -449,15 +462,25 @@ def _read_messages(result: Any) -> _Read:
         )
     message: dict[str, Any] = {}
     blocks_at: dict[int, dict[str, Any]] = {}
-    stop = None
+    stop, last, problems = None, 0, list[str]()
     for event in result["stream"]:
         kind = event.get("type")
         if kind == "message_start":
             message = _dict(event.get("message"))
         elif kind == "content_block_start":
-            blocks_at[event.get("index", 0)] = dict(_dict(event.get("content_block")))
+            last = (
+                at
+                if type(at := event.get("index", 0)) is int
+                else _index(event, last, problems, "content block")
+            )
+            blocks_at[last] = dict(_dict(event.get("content_block")))
         elif kind == "content_block_delta":
-            block = blocks_at.setdefault(event.get("index", 0), {})
+            last = (
+                at
+                if type(at := event.get("index", 0)) is int
+                else _index(event, last, problems, "content block")
+            )
+            block = blocks_at.setdefault(last, {})
             delta = _dict(event.get("delta"))
             if isinstance(delta.get("text"), str):
                 block["text"] = block.get("text", "") + delta["text"]
@@ -471,6 +494,7 @@ def _read_messages(result: Any) -> _Read:
             block["input"] = _decoded(block.pop("partial_json") or "{}")
     read = _read_messages({**message, "content": blocks, "stop_reason": stop, "usage": None})
     read.usage = _messages_usage(result)
+    read.problems = problems
     return read
 
 
@@ -489,38 +513,6 @@ def _stream_model(items: list[Any]) -> str | None:
         if isinstance(named, str):
             return named
     return None
-
-
-def _chat_usage(result: Any) -> TokenUsage:
-    """A chat completion's usage; a stream's is on its last chunk that has one (when asked for
-    with `stream_options={"include_usage": True}`)."""
-    if not _is_stream(result):
-        return _openai_usage(result.get("usage"))
-    chunks = result["stream"]
-    return _openai_usage(next((c["usage"] for c in reversed(chunks) if c.get("usage")), None))
-
-
-def _responses_usage(result: Any) -> TokenUsage:
-    """A Responses API response's usage; a stream's is its final response's."""
-    if not _is_stream(result):
-        return _openai_usage(result.get("usage"))
-    ended = [e.get("response") for e in result["stream"] if e.get("type") in _ENDED]
-    return _openai_usage(_dict(ended[-1]).get("usage") if ended else None)
-
-
-def _messages_usage(result: Any) -> TokenUsage:
-    """An Anthropic message's usage; a stream's is `message_start`'s, updated by each
-    `message_delta`'s (its final output count, and any count it repeats)."""
-    if not _is_stream(result):
-        return _anthropic_usage(result.get("usage"))
-    usage: dict[str, Any] = {}
-    for event in result["stream"]:
-        kind = event.get("type")
-        if kind == "message_start":
-            usage.update(_dict(_dict(event.get("message")).get("usage")))
-        elif kind == "message_delta":
-            usage.update({k: v for k, v in _dict(event.get("usage")).items() if v is not None})
-    return _anthropic_usage(usage or None)
 
 
 _USAGE_READERS = {
