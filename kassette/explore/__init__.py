@@ -12,6 +12,7 @@
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
     kx.to_otlp(journals)                   # runs as OpenTelemetry traces (the otel extra)
+    kx.import_otlp("traces.jsonl", store)  # traces (and kx.import_inspect: eval logs) as runs
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
@@ -43,6 +44,9 @@ from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if TYPE_CHECKING:
+    from kassette.explore._import_inspect import import_inspect
+    from kassette.explore._import_otlp import import_otlp
+    from kassette.explore._import_runs import ImportReport
     from kassette.explore._otlp import send_otlp, to_otlp
 
 if TYPE_CHECKING:
@@ -56,6 +60,7 @@ __all__ = [
     "CompareView",
     "FanOutInterrupted",
     "ForkExplorer",
+    "ImportReport",
     "Journals",
     "Lineage",
     "RunNode",
@@ -63,6 +68,8 @@ __all__ = [
     "compare",
     "export",
     "fan_out",
+    "import_inspect",
+    "import_otlp",
     "lineage",
     "load",
     "send_otlp",
@@ -72,6 +79,12 @@ __all__ = [
 
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 _OTLP = {"send_otlp", "to_otlp"}
+# importers: OTLP/JSON needs no extra, Inspect logs the `inspect` extra
+_IMPORTS = {
+    "ImportReport": "_import_runs",
+    "import_otlp": "_import_otlp",
+    "import_inspect": "_import_inspect",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -85,4 +98,8 @@ def __getattr__(name: str) -> Any:
         from kassette.explore import _otlp
 
         return getattr(_otlp, name)
+    if name in _IMPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"kassette.explore.{_IMPORTS[name]}"), name)
     raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")

@@ -1,0 +1,266 @@
+"""Runs from elsewhere: what an importer builds, how it is written, what it reports.
+
+An importer (`_import_otlp`, `_import_inspect`) turns each unit of its source (a trace, an
+Inspect sample's epoch) into an `ImportedRun`: an input, steps in order (model calls as
+`journaled(client, ctx)` names them, tools named after the tool), what the source lacked, how
+the run ended there. `write_run` journals it as one session: a `start` entry, then its steps,
+and no terminal entry, so that `workflow.start(input, run_id=...)` replays it and continues
+live after its last step. The `start` entry's `imported` field keeps what is no step: where it
+came from (`from`, `key`), what is missing (`partial`), how it ended (`ended`), and the
+source's own data (`data`: scores, ids). A step's `imported` field keeps the source's ids
+(`traceId`, `spanId`, an event's id).
+
+A run is written with one append that creates its journal, so it is there whole or not at
+all; importing the same source again finds each run written by the same `key` and writes
+nothing. Where the source lacks something a replay needs (a request's messages, an answer, a
+tool's output), the run's steps stop before it: a replay is exact up to there and continues
+live from there, and the run is *partial*, with the sentences saying what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kassette.append import append
+from kassette.clock import SystemClock
+from kassette.codec import parse_json
+from kassette.errors import ConflictError, InvalidArgumentError
+from kassette.storage import Storage, open_storage, validate_run_id
+
+__all__ = [
+    "IMPORTED",
+    "ImportReport",
+    "ImportedRun",
+    "StepNames",
+    "imported_columns",
+    "run_id_of",
+    "storage_of",
+    "timestamp_of",
+    "write_run",
+]
+
+IMPORTED = "imported"  # the start entry's (and a step's) field holding the import's data
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+StepNaming = Mapping[str, str] | Callable[[str], str | None] | None
+
+
+@dataclass
+class ImportedRun:
+    """One run as an importer built it, before it is written."""
+
+    run_id: str
+    key: str  # what identifies the source unit: the same key is the same run
+    source: str  # where it came from, as the runs frame's `imported_from` shows it
+    started_at: str
+    input: Any = None
+    params: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    ended: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # a step was missing: no later step is journaled
+
+    def add_step(self, step: dict[str, Any]) -> None:
+        """Journal `step` (`stepId, name, result`, maybe `call`, `kind`, `durationMs`,
+        `timestamp`, `imported`), unless the run stopped at a missing part."""
+        if not self.stopped:
+            self.steps.append(step)
+
+    def lacks(self, what: str, *, stop: bool = True) -> None:
+        """The source lacks `what`; with `stop`, no later step is journaled."""
+        self.missing.append(what)
+        self.stopped = self.stopped or stop
+
+    def entries(self) -> list[dict[str, Any]]:
+        imported: dict[str, Any] = {"from": self.source, "key": self.key}
+        if self.missing:
+            imported["partial"] = list(self.missing)
+        if self.ended:
+            imported["ended"] = self.ended
+        if self.data:
+            imported["data"] = self.data
+        start: dict[str, Any] = {
+            "type": "start",
+            "session": 1,
+            "offset": 0,
+            "timestamp": self.started_at,
+            "metadata": self.input,
+        }
+        if self.params is not None:
+            start["params"] = self.params
+        start[IMPORTED] = imported
+        found = [start]
+        for offset, step in enumerate(self.steps, start=1):
+            at = step.pop("timestamp", None) or self.started_at
+            found.append(
+                {"type": "step", "session": 1, "offset": offset, "timestamp": at, **step}
+            )
+        return found
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What an import did. `run_ids`: every run the source gives, in order; `partial`: run id
+    -> what the source lacked (those runs stop before it); `written`: the runs this call
+    wrote (the others were there from an earlier import of the same source); `skipped`: run
+    id -> why a run could not be written (a run of that id that holds something else)."""
+
+    run_ids: tuple[str, ...] = ()
+    partial: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    written: tuple[str, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [
+            f"imported {len(self.run_ids)} runs ({len(self.written)} written, "
+            f"{len(self.run_ids) - len(self.written) - len(self.skipped)} already there, "
+            f"{len(self.partial)} partial)"
+        ]
+        for run_id, missing in self.partial.items():
+            lines.append(f"partial {run_id}:")
+            lines += [f"  - {what}" for what in missing]
+        for run_id, why in self.skipped.items():
+            lines.append(f"skipped {run_id}: {why}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON, as the CLI prints it."""
+        return {
+            "runIds": list(self.run_ids),
+            "written": list(self.written),
+            "partial": {run_id: list(missing) for run_id, missing in self.partial.items()},
+            "skipped": dict(self.skipped),
+        }
+
+
+class Reporter:
+    """Collects an import's report while its runs are written."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.run_ids: list[str] = []
+        self.partial: dict[str, tuple[str, ...]] = {}
+        self.written: list[str] = []
+        self.skipped: dict[str, str] = {}
+
+    def write(self, run: ImportedRun) -> None:
+        self.run_ids.append(run.run_id)
+        if run.missing:
+            self.partial[run.run_id] = tuple(run.missing)
+        outcome = write_run(self.storage, run)
+        if outcome == "written":
+            self.written.append(run.run_id)
+        elif outcome != "existing":
+            self.skipped[run.run_id] = outcome
+
+    def report(self) -> ImportReport:
+        return ImportReport(
+            tuple(self.run_ids), dict(self.partial), tuple(self.written), dict(self.skipped)
+        )
+
+
+def write_run(storage: Storage, run: ImportedRun) -> str:
+    """Journal `run` whole, with one append that creates it: "written"; "existing" when an
+    earlier import of the same source wrote it; else why it cannot be written."""
+    if storage.read(run.run_id) is None:
+        try:
+            append(storage, run.run_id, run.entries(), None, _CLOCK)
+            return "written"
+        except ConflictError:
+            pass  # written meanwhile: by whom is read below
+    snapshot = storage.read(run.run_id)
+    first = snapshot.data.split(b"\n", 1)[0] if snapshot is not None else b""
+    try:
+        recorded = parse_json(first).get(IMPORTED, {}).get("key")
+    except (ValueError, AttributeError):
+        recorded = None
+    if recorded == run.key:
+        return "existing"
+    return f"run {run.run_id} exists and holds another run (not one imported from {run.key})"
+
+
+_CLOCK = SystemClock()
+
+
+class StepNames:
+    """Step ids as a workflow makes them: a counter per name (`draft`, `draft#2`), after the
+    user's `step_names` (a mapping or a function from the name the import would give, a
+    tool's name or a model call's method, to the step name their own code uses)."""
+
+    def __init__(self, naming: StepNaming) -> None:
+        if naming is not None and not (isinstance(naming, Mapping) or callable(naming)):
+            raise InvalidArgumentError(
+                f"step_names must be a mapping or a function of a name, not {naming!r}"
+            )
+        self._naming = naming
+        self._counts: dict[str, int] = {}
+
+    def name(self, default: str) -> str:
+        """The step name `default` maps to: `#` and `/` (reserved in step names) become `_`."""
+        named: str | None = default
+        if isinstance(self._naming, Mapping):
+            named = self._naming.get(default, default)
+        elif self._naming is not None:
+            named = self._naming(default) or default
+        return re.sub(r"[#/]", "_", str(named)) or "step"
+
+    def next_id(self, name: str) -> str:
+        count = self._counts[name] = self._counts.get(name, 0) + 1
+        return name if count == 1 else f"{name}#{count}"
+
+    def given(self, step_id: str) -> None:
+        """A step whose id the source gives (kassette's own traces): counted like the rest."""
+        name = step_id.split("#")[0]
+        self._counts[name] = max(self._counts.get(name, 0), _number(step_id))
+
+
+def _number(step_id: str) -> int:
+    head, _, tail = step_id.rpartition("#")
+    return int(tail) if head and tail.isdigit() else 1
+
+
+def run_id_of(prefix: str, *parts: object) -> str:
+    """A valid run id from a source's ids: `prefix-part-part`, unsafe characters as `_`, and
+    a hash of the original parts when that changed them or made them too long."""
+    raw = "-".join(str(part) for part in parts)
+    safe = _UNSAFE.sub("_", raw)
+    candidate = f"{prefix}-{safe}"
+    if safe != raw or len(candidate) > 200:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
+        candidate = f"{prefix}-{safe[:150]}-{digest}"
+    return validate_run_id(candidate)
+
+
+def timestamp_of(nanos: int) -> str:
+    """A journal timestamp (ISO 8601 UTC, milliseconds, `Z`) of nanoseconds since the epoch."""
+    moment = datetime.fromtimestamp(nanos // 1_000_000 / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def storage_of(storage: Storage | str) -> Storage:
+    return open_storage(storage) if isinstance(storage, str) else storage
+
+
+def imported_columns(starts: list[Any]) -> tuple[list[str | None], list[str | None]]:
+    """The runs frame's `imported_from` and `partial` for each run's first start entry (a
+    decoded entry, or None): where it was imported from, and what its source lacked (one
+    line each)."""
+    sources: list[str | None] = []
+    partial: list[str | None] = []
+    for start in starts:
+        imported = start.get(IMPORTED) if isinstance(start, dict) else None
+        if not isinstance(imported, dict):
+            sources.append(None)
+            partial.append(None)
+            continue
+        source = imported.get("from")
+        sources.append(source if isinstance(source, str) else json.dumps(source))
+        missing = imported.get("partial")
+        partial.append("\n".join(map(str, missing)) if isinstance(missing, list) else None)
+    return sources, partial
