@@ -35,6 +35,7 @@ from kassette.codec import (
     to_json,
     too_deep,
 )
+from kassette.explore._import_runs import imported_columns, source_ending
 from kassette.explore._llm import run_totals
 from kassette.state import RunState, reduce_entry
 
@@ -83,6 +84,9 @@ RUN_SCHEMA = pa.schema(
         pa.field("input_tokens", pa.int64(), nullable=False),
         pa.field("output_tokens", pa.int64(), nullable=False),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # a run imported from a trace or an eval log: from where, and what its source lacked
+        pa.field("imported_from", pa.string()),
+        pa.field("partial", pa.string()),
     ]
 )
 
@@ -182,13 +186,14 @@ def with_runs(
     table, for runs `run_ids` holding `counts` entries each, in that order."""
     if "copied" in read.column_names:
         read = read.drop_columns(["copied"])
-    columns, fork_offsets = _runs(read, run_ids, counts)
+    columns, fork_offsets, imported = _runs(read, run_ids, counts)
     # an entry before its fork's offset was copied from the source run
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
     calls, given, taken, cost = run_totals(entries, list(run_ids))
     columns += [pa.array(calls), pa.array(given), pa.array(taken), pa.array(cost, from_pandas=True)]
+    columns += [pa.array(found, pa.string()) for found in imported]
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 
@@ -420,6 +425,7 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         sessions[present] = np.maximum.reduceat(session_column, first[present])
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
     states = [RunState() for _ in run_ids]
+    first_starts: list[Any] = [None] * len(run_ids)
     is_control = pc.not_equal(entries.column("type"), "step")
     control = pc.indices_nonzero(is_control).to_numpy().astype(np.int64)
     owner = np.searchsorted(first, control, side="right") - 1
@@ -429,6 +435,8 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     for run, kind, offset, value in zip(owner.tolist(), kinds, offsets, values, strict=True):
         entry = json.loads(value)
         entry["type"], entry["offset"] = kind, offset
+        if offset == 0:
+            first_starts[run] = entry
         states[run] = reduce_entry(states[run], entry)
     starts, has_rows = first.tolist(), present.tolist()
     started_rows = [
@@ -458,19 +466,26 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         ended,
         duration,
         pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
-        pa.array([str(s.error) if s.error else None for s in states], pa.string()),
+        pa.array(
+            [
+                str(s.error) if s.error else source_ending(start, "error")
+                for s, start in zip(states, first_starts, strict=True)
+            ],
+            pa.string(),
+        ),
         pa.array([to_json(s.params or {}) for s in states], pa.large_string()),
         pa.array([_json_of(s.input, s.created_offset) for s in states], pa.large_string()),
         pa.array(
             [
                 _json_of(s.result, s.ended_offset if s.status == "completed" else None)
-                for s in states
+                or source_ending(start, "output")
+                for s, start in zip(states, first_starts, strict=True)
             ],
             pa.large_string(),
         ),
     ]
     forks = np.array([-1 if o is None else o for o in fork_offsets], dtype=np.int64)
-    return columns, forks
+    return columns, forks, imported_columns(first_starts)
 
 
 def _json_of(value: Any, recorded_at: int | None) -> str | None:

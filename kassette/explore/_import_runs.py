@@ -40,6 +40,7 @@ __all__ = [
     "StepNames",
     "imported_columns",
     "run_id_of",
+    "source_ending",
     "storage_of",
     "timestamp_of",
     "write_run",
@@ -264,3 +265,16 @@ def imported_columns(starts: list[Any]) -> tuple[list[str | None], list[str | No
         missing = imported.get("partial")
         partial.append("\n".join(map(str, missing)) if isinstance(missing, list) else None)
     return sources, partial
+
+
+def source_ending(start: Any, part: str) -> str | None:
+    """How an imported run ended in its source, for the runs frame of a run that has not
+    ended here: its `error` (as `Name: message`) or its `output` (as JSON text)."""
+    imported = start.get(IMPORTED) if isinstance(start, dict) else None
+    ended = imported.get("ended") if isinstance(imported, dict) else None
+    if not isinstance(ended, dict) or part not in ended:
+        return None
+    if part == "output":
+        return json.dumps(ended["output"], ensure_ascii=False, separators=(",", ":"))
+    error = ended["error"] if isinstance(ended["error"], dict) else {}
+    return f"{error.get('name') or 'Error'}: {error.get('message') or ''} (in the source)"
