@@ -276,6 +276,25 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
     _write(_json_line(summary))
 
 
+def _import(storage: Storage, args: argparse.Namespace) -> None:
+    from kassette import explore  # pandas and pyarrow (and Inspect AI for logs): this verb's
+
+    importer = explore.import_otlp if args.source_format == "otlp" else explore.import_inspect
+    try:
+        report = importer(args.source, storage)
+    except OSError as exc:  # the source cannot be read (the storage errors are translated)
+        raise InvalidArgumentError(f"cannot read {args.source}: {exc}") from exc
+    for run_id, missing in report.partial.items():
+        _warn(
+            {
+                "message": f"run {run_id} is partial: its steps stop where the source lacks",
+                "runId": run_id,
+                "missing": list(missing),
+            }
+        )
+    _write(_json_line(report.to_dict()))
+
+
 # -- fork lineage ----------------------------------------------------------------------------
 
 
@@ -341,12 +360,12 @@ def _parser() -> _Parser:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(
-        name: str, function: Verb, summary: str, *, lists: bool = False
+        name: str, function: Verb, summary: str, *, lists: bool = False, creates: bool = False
     ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=summary, description=summary, allow_abbrev=False)
         # SUPPRESS: a --storage given before the verb is not overwritten by this default.
         _add_storage(sub, argparse.SUPPRESS)
-        sub.set_defaults(function=function, lists=lists)
+        sub.set_defaults(function=function, lists=lists, creates=creates)
         return sub
 
     sub = verb(
@@ -423,6 +442,19 @@ def _parser() -> _Parser:
         help="export the readable runs and list the corrupt ones in the summary "
         "(default: a corrupt run stops the export, nothing written)",
     )
+    sub = verb(
+        "import",
+        _import,
+        "Journal each trace (OTLP/JSON) or eval sample (Inspect log) of SOURCE as a run.",
+        creates=True,
+    )
+    sub.add_argument(
+        "source_format",
+        choices=("otlp", "inspect"),
+        metavar="otlp|inspect",
+        help="otlp: OTLP/JSON lines or one document (traces.jsonl); inspect: a .eval or .json log",
+    )
+    sub.add_argument("source", metavar="SOURCE", help="the file to import")
     return parser
 
 
@@ -483,7 +515,8 @@ def _run(argv: Sequence[str] | None) -> int:
         _report(exc, sys.stderr)
         return EXIT_USAGE
     try:
-        check_exists(storage, url)
+        if not args.creates:  # import creates the store it writes into
+            check_exists(storage, url)
         if args.lists:
             _note_strays(storage)
         args.function(storage, args)

@@ -117,7 +117,10 @@ def _run(
     run.ended = {"status": "completed", "output": output.get("completion")}
     if sample.get("error"):
         error = sample["error"]
-        run.ended = {"status": "failed", "error": {"name": "Error", "message": error.get("message")}}
+        run.ended = {
+            "status": "failed",
+            "error": {"name": "Error", "message": error.get("message")},
+        }
     names = StepNames(step_names)
     for event in events:
         if run.stopped:
@@ -157,9 +160,7 @@ def _model_step(run: ImportedRun, event: dict[str, Any], names: StepNames) -> No
     )
 
 
-def _source_call(
-    provider: str, method: str, model: str, event: dict[str, Any]
-) -> SourceCall | str:
+def _source_call(provider: str, method: str, model: str, event: dict[str, Any]) -> SourceCall | str:
     call = SourceCall(provider, method, model=model)
     messages = []
     for message in event.get("input") or []:
@@ -234,9 +235,7 @@ def _tool_step(run: ImportedRun, event: dict[str, Any], names: StepNames) -> Non
             f"({message}); kassette journals no failed step, so a replay runs it live"
         )
         return
-    run.add_step(
-        {"stepId": step_id, "name": name, "result": event.get("result"), **_timing(event)}
-    )
+    run.add_step({"stepId": step_id, "name": name, "result": event.get("result"), **_timing(event)})
 
 
 def _timing(event: dict[str, Any]) -> dict[str, Any]:

@@ -157,8 +157,7 @@ def _openinference_message(fields: dict[str, Any]) -> Message:
         texts = [
             str(part.get("message_content.text"))
             for _, part in sorted(contents.items())
-            if part.get("message_content.type", "text") == "text"
-            and "message_content.text" in part
+            if part.get("message_content.type", "text") == "text" and "message_content.text" in part
         ]
         content = "".join(texts) if texts else None
     calls = _indexed(fields, "message.tool_calls.")
@@ -203,7 +202,9 @@ def _tools(attributes: dict[str, Any]) -> list[dict[str, Any]] | None:
 # -- the answer ------------------------------------------------------------------------------
 
 
-def _answer(attributes: dict[str, Any]) -> tuple[str | None, list[ToolCall], str | None] | str | None:
+def _answer(
+    attributes: dict[str, Any],
+) -> tuple[str | None, list[ToolCall], str | None] | str | None:
     """(text, tool calls, finish reason) of the answer, a sentence when the source has a part
     kassette does not rebuild, None when no answer is recorded."""
     current = _json(attributes.get("gen_ai.output.messages"))

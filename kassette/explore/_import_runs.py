@@ -99,9 +99,7 @@ class ImportedRun:
         found = [start]
         for offset, step in enumerate(self.steps, start=1):
             at = step.pop("timestamp", None) or self.started_at
-            found.append(
-                {"type": "step", "session": 1, "offset": offset, "timestamp": at, **step}
-            )
+            found.append({"type": "step", "session": 1, "offset": offset, "timestamp": at, **step})
         return found
 
 

@@ -132,7 +132,9 @@ def _steps(run: ImportedRun, spans: list[Span], names: StepNames) -> None:
             asked = _model_step(run, span, names)
         else:
             name = _default_name(span, "tool")
-            answered = next((i for i, (_, asked_for) in enumerate(asked) if asked_for == name), None)
+            answered = next(
+                (i for i, (_, asked_for) in enumerate(asked) if asked_for == name), None
+            )
             if answered is not None:
                 del asked[answered]
             _tool_step(run, span, names, name)
