@@ -120,7 +120,7 @@ def _steps(run: ImportedRun, spans: list[Span], names: StepNames) -> None:
         if span.status == _ERROR:
             run.ended = {
                 "status": "failed",
-                "error": {"name": _error_name(span), "message": span.message},
+                "error": _error(span),
                 "span": span.span_id,
                 "stepName": _default_name(span, kind),
             }
@@ -276,7 +276,7 @@ def _ended(root: Span) -> dict[str, Any]:
     status = attributes.get("kassette.status")
     ended: dict[str, Any] = {}
     if root.status == _ERROR or status == "failed":
-        ended = {"status": "failed", "error": {"name": _error_name(root), "message": root.message}}
+        ended = {"status": "failed", "error": _error(root)}
     elif isinstance(status, str):
         ended = {"status": status}
     elif root.status == 1:
@@ -287,11 +287,15 @@ def _ended(root: Span) -> dict[str, Any]:
     return ended
 
 
-def _error_name(span: Span) -> str:
+def _error(span: Span) -> dict[str, str]:
+    """A failed span's error: its `exception` event's type and message, else its status's."""
     for name, attributes in span.events:
         if name == "exception":
-            return str(attributes.get("exception.type") or "Error")
-    return "Error"
+            return {
+                "name": str(attributes.get("exception.type") or "Error"),
+                "message": str(attributes.get("exception.message") or span.message),
+            }
+    return {"name": "Error", "message": span.message}
 
 
 def _output(value: Any, mime: Any) -> Any:
