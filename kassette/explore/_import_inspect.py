@@ -61,7 +61,10 @@ _CONFIG = {
 
 
 def import_inspect(
-    log: str | os.PathLike[str], storage: Storage | str, *, step_names: StepNaming = None
+    log: str | os.PathLike[str],
+    storage: Storage | str | os.PathLike[str],
+    *,
+    step_names: StepNaming = None,
 ) -> ImportReport:
     """Journal each sample (and epoch) of the Inspect log `log` as a run of `storage`.
 

@@ -3,15 +3,16 @@
 The exact request is `input.value` when it is the request's JSON (OpenInference's
 instrumentations write the SDK call's arguments there; kassette's export, the conversation
 beside `llm.invocation_parameters`), the exact response `output.value` when it is a
-provider's response. Otherwise the parts are read, first found wins:
+provider's response. Otherwise the parts are read, first found wins (GenAI current, GenAI
+indexed, OpenInference):
 
-| part | GenAI (current) | GenAI (indexed, older) | OpenInference |
-|---|---|---|---|
-| messages | `gen_ai.input.messages`, `gen_ai.system_instructions` | `gen_ai.prompt.N.*` | `llm.input_messages.N.message.*` |
-| answer | `gen_ai.output.messages` | `gen_ai.completion.N.*` | `llm.output_messages.N.message.*` |
-| parameters | `gen_ai.request.*` | | `llm.invocation_parameters` |
-| tools | `gen_ai.tool.definitions` | | `llm.tools.N.tool.json_schema` |
-| tokens | `gen_ai.usage.input_tokens` / `output_tokens` | `prompt_tokens` / `completion_tokens` | `llm.token_count.prompt` / `completion` |
+- messages: `gen_ai.input.messages` (+ `gen_ai.system_instructions`), `gen_ai.prompt.N.*`,
+  `llm.input_messages.N.message.*`;
+- answer: `gen_ai.output.messages`, `gen_ai.completion.N.*`, `llm.output_messages.N.message.*`;
+- parameters: `gen_ai.request.*`, `llm.invocation_parameters`;
+- tools: `gen_ai.tool.definitions`, `llm.tools.N.tool.json_schema`;
+- tokens: `gen_ai.usage.input_tokens` / `output_tokens` (older: `prompt_tokens` /
+  `completion_tokens`), `llm.token_count.prompt` / `completion`.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def _current_message(message: Any) -> list[Message]:
     if not isinstance(message, dict):
         return []
     role = str(message.get("role") or "user")
-    parts = message.get("parts") if isinstance(message.get("parts"), list) else []
+    found = message.get("parts")
+    parts: list[Any] = found if isinstance(found, list) else []
     responses = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"]
     if responses:
         return [
@@ -210,7 +212,8 @@ def _answer(
     current = _json(attributes.get("gen_ai.output.messages"))
     if isinstance(current, list) and current:
         first = current[0] if isinstance(current[0], dict) else {}
-        parts = first.get("parts") if isinstance(first.get("parts"), list) else []
+        found = first.get("parts")
+        parts: list[Any] = found if isinstance(found, list) else []
         if any(isinstance(p, dict) and p.get("type") == "reasoning" for p in parts):
             return "its answer has reasoning items, which kassette does not rebuild"
         (message,) = _current_message(first) or [Message("assistant")]

@@ -40,7 +40,7 @@ _LINES_HINT = (
 
 def import_otlp(
     source: str | os.PathLike[str],
-    storage: Storage | str,
+    storage: Storage | str | os.PathLike[str],
     *,
     step_names: StepNaming = None,
     input: Callable[[Span], Any] | None = None,
@@ -163,7 +163,8 @@ def _spans(request: dict[str, Any], number: int, name: str) -> Iterator[Span]:
     for raw in _raw_spans(request, number, name):
         span_id = _hex_id(raw.get("spanId"), number, name, "spanId")
         parent = raw.get("parentSpanId")
-        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        found = raw.get("status")
+        status: dict[str, Any] = found if isinstance(found, dict) else {}
         yield Span(
             trace_id=_hex_id(raw.get("traceId"), number, name, "traceId"),
             span_id=span_id,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -242,8 +243,12 @@ def timestamp_of(nanos: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def storage_of(storage: Storage | str) -> Storage:
-    return open_storage(storage) if isinstance(storage, str) else storage
+def storage_of(storage: Storage | str | os.PathLike[str]) -> Storage:
+    """The storage to import into: a `Storage`, a URL, or a plain path (a `file:` store,
+    created if missing, as an import creates runs)."""
+    if isinstance(storage, os.PathLike) or (isinstance(storage, str) and ":" not in storage):
+        storage = f"file:{os.fspath(storage)}"
+    return open_storage(storage)
 
 
 def imported_columns(starts: list[Any]) -> tuple[list[str | None], list[str | None]]:

@@ -103,9 +103,7 @@ def run_of_trace(
 def _steps(run: ImportedRun, spans: list[Span], names: StepNames) -> None:
     inside: set[str] = set()  # spans that are part of a step
     asked: list[tuple[Span, str]] = []  # tool calls the last model call asked for, unanswered
-    for span in spans:
-        if run.stopped:
-            return
+    for span in spans:  # past a missing part no step is journaled, but what is missing is said
         if span.parent_id in inside:
             inside.add(span.span_id)
             continue
@@ -115,15 +113,14 @@ def _steps(run: ImportedRun, spans: list[Span], names: StepNames) -> None:
         inside.add(span.span_id)
         if kind == "model" and asked:
             _unanswered(run, asked)
-            if run.stopped:
-                return
-        if span.status == _ERROR:
-            run.ended = {
-                "status": "failed",
-                "error": _error(span),
-                "span": span.span_id,
-                "stepName": _default_name(span, kind),
-            }
+        if span.status == _ERROR:  # where the run failed in the source: its steps end here
+            if not run.stopped:
+                run.ended = {
+                    "status": "failed",
+                    "error": _error(span),
+                    "span": span.span_id,
+                    "stepName": _default_name(span, kind),
+                }
             run.stopped = True
             return
         if kind == "kassette":

@@ -55,7 +55,10 @@ def agent(openai_client: Any, anthropic_client: Any, tool: Tool, task: dict[str,
     message = reply.choices[0].message
     for call in message.tool_calls or []:
         arguments = json.loads(call.function.arguments)
-        result = tool("get_weather", lambda a=arguments: get_weather(a.get("city", task["city"]), task.get("fail")))
+        result = tool(
+            "get_weather",
+            lambda a=arguments: get_weather(a.get("city", task["city"]), task.get("fail")),
+        )
         messages += [
             {
                 "role": "assistant",

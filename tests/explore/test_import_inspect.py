@@ -92,7 +92,9 @@ def test_an_imported_sample_replays_in_an_openai_agent_with_zero_requests(
             client = journaled(OpenAI(base_url=server.openai_base_url, api_key="unused"), ctx)
             messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
             while True:
-                reply = client.chat.completions.create(model="model", messages=messages, tools=tools)
+                reply = client.chat.completions.create(
+                    model="model", messages=messages, tools=tools
+                )
                 message = reply.choices[0].message
                 if not message.tool_calls:
                     return str(message.content)
@@ -130,5 +132,5 @@ def test_importing_a_log_again_writes_nothing_and_a_bad_log_is_a_clear_error(
     assert again.run_ids == first.run_ids and again.written == ()
     bad = tmp_path / "broken.eval"
     bad.write_bytes(eval_log.read_bytes()[:100])
-    with pytest.raises(ValueError, match="broken.eval"):
+    with pytest.raises(ValueError, match=r"broken\.eval"):
         kx.import_inspect(bad, storage)

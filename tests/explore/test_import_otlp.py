@@ -16,7 +16,7 @@ from openai import OpenAI
 
 from kassette import LocalStorage, kassette
 from kassette import explore as kx
-from kassette.errors import ReplayMismatchError
+from kassette.errors import MetadataMismatchError, ReplayMismatchError
 from kassette.integrations import anthropic as journaled_anthropic
 from kassette.integrations import openai as journaled_openai
 from kassette.testing import FakeModelServer, fake_model_server
@@ -29,7 +29,14 @@ TASKS = [{"city": "Paris"}, {"city": "Lima"}, {"city": "Oslo", "fail": "Oslo"}]
 def produce(server: FakeModelServer, out: Path, tasks: list[dict[str, Any]]) -> list[Any]:
     """Run the agent in production (a separate, instrumented process); its answers."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.explore.import_support", server.url, str(out), json.dumps(tasks)],
+        [
+            sys.executable,
+            "-m",
+            "tests.explore.import_support",
+            server.url,
+            str(out),
+            json.dumps(tasks),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -123,7 +130,7 @@ def test_a_changed_request_stops_the_replay_naming_the_step(
     with fake_model_server() as server:
         weather = replayer(storage, server)
         changed = {"city": "Paris", "extra": 1}
-        with pytest.raises(Exception):  # the input differs: the run was another run's
+        with pytest.raises(MetadataMismatchError):  # another input: the run was another task's
             weather.start(changed, run_id=report.run_ids[0])
 
         @kassette(storage=storage)
@@ -141,9 +148,7 @@ def test_a_changed_request_stops_the_replay_naming_the_step(
         assert server.request_count == 0
 
 
-def test_importing_again_writes_nothing(
-    production: tuple[Path, list[Any]], tmp_path: Path
-) -> None:
+def test_importing_again_writes_nothing(production: tuple[Path, list[Any]], tmp_path: Path) -> None:
     traces, _answers = production
     storage = LocalStorage(tmp_path / "store")
     first = kx.import_otlp(traces, storage)
