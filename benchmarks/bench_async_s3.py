@@ -8,7 +8,7 @@ workflow on `S3Storage`, its medians over `--rounds` rounds (the rows alternate)
   off loop    one `ctx.parallel` block of `--branches` branches x `--steps` steps: the storage
               I/O runs in the invocation's worker thread (this checkout's behaviour)
   on loop     the same block with every storage call made on the event loop, as before this
-              change (`kassette.workflow._off_loop` replaced by a direct call): the baseline
+              change (`kassette._workflow._off_loop` replaced by a direct call): the baseline
   sequential  the same number of steps, one after another, off the loop and on it (the cost
               of the thread hop where there is nothing to overlap)
   8 runs      `--branches` runs of `--steps` sequential steps each, concurrently on one loop,
@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 
 from _moto import BUCKET, moto_client
 
-import kassette.workflow
+import kassette._workflow
 from kassette import kassette as durable
 from kassette.core import read_journal
-from kassette.storage.s3 import S3Storage
+from kassette.storage._s3 import S3Storage
 
 TARGET = 0.5
 RESULT = "x" * 200
@@ -83,12 +83,12 @@ def on_loop() -> Iterator[None]:
     async def direct(io: Any, call: Callable[..., Any], *args: Any) -> Any:
         return call(*args)
 
-    original = kassette.workflow._off_loop
-    kassette.workflow._off_loop = direct  # type: ignore[assignment]
+    original = kassette._workflow._off_loop
+    kassette._workflow._off_loop = direct  # type: ignore[assignment]
     try:
         yield
     finally:
-        kassette.workflow._off_loop = original
+        kassette._workflow._off_loop = original
 
 
 @dataclass

@@ -10,7 +10,7 @@ with `kx.load(storage).entries`, and two figures are printed:
   memory  the peak RSS a fresh child process adds while loading, over the journals' size on
           disk (target <= 4x)
 
-The journals are written directly in the journal format (`kassette.journal.encode`, one
+The journals are written directly in the journal format (`kassette._journal.encode`, one
 create per run), which is what the library writes but without an fsync per entry.
 
 A second store, a fork forest of 10,000 runs (`--tree-runs`: 500 tasks, each forked 19 times,
@@ -51,7 +51,7 @@ import pyarrow.json as pa_json
 
 from kassette import LocalStorage
 from kassette import explore as kx
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 TIME_TARGET = 2.0
 MEMORY_TARGET = 4.0

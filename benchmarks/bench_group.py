@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout
 
 from kassette import LocalStorage, kassette
-from kassette.storage.local import LocalStorage as _Local
+from kassette.storage._local import LocalStorage as _Local
 
 RESULT = "x" * 300
 

@@ -90,7 +90,7 @@ def main() -> int:
             KOTO_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=str(work / "pycache")
         )
         (work / "bench.md").write_text(template())
-        koto = command("koto", "kassette.koto.cli")
+        koto = command("koto", "kassette.koto._cli")
         for name in ("reader", "mover"):
             subprocess.run(
                 [*koto, "init", name, "--template", "bench.md"],

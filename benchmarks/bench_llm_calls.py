@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 
 from kassette import MemoryStorage
 from kassette import explore as kx
+from kassette._journal import encode, format_timestamp
 from kassette.explore._llm import llm_calls, run_totals
-from kassette.journal import encode, format_timestamp
 
 LLM_TARGET, TOTALS_TARGET = 5.0, 3.5
 _ANSWER = "Surface the timeout, add a bounded retry with jitter, and log the request id. "

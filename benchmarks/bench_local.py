@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout
 
 from kassette import Context, LocalStorage, kassette
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 STEP_NAME = "chat"
 _WORDS = (

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 
 from kassette import LocalStorage
 from kassette import explore as kx
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 TARGET = 10.0
 ENTRIES = 30

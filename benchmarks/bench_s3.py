@@ -39,9 +39,9 @@ from _moto import BUCKET, moto_client
 
 from kassette.core import open_run
 from kassette.storage import Storage
-from kassette.storage.chunks import Policy
-from kassette.storage.local import LocalStorage
-from kassette.storage.s3 import S3Storage
+from kassette.storage._chunks import Policy
+from kassette.storage._local import LocalStorage
+from kassette.storage._s3 import S3Storage
 
 TARGET = 4.0
 

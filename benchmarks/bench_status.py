@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kassette import LocalStorage
-from kassette.cli import main as cli_main
-from kassette.journal import Journal, RunStatus, encode, format_timestamp
+from kassette._cli import main as cli_main
+from kassette._journal import Journal, RunStatus, encode, format_timestamp
 
 LIST_TARGET = 0.5  # list over the full-decode list; see docs/performance.md
 LIVE_TARGET = 1.5
@@ -92,9 +92,9 @@ def write_store(directory: Path, runs: int, *, small: bool = False) -> None:
 _FULL_DECODE = """
 import sys
 sys.path.insert(0, {root!r})
-from kassette.journal import Journal
+from kassette._journal import Journal
 Journal.status_of = staticmethod(lambda data, run_id: Journal.parse(data, run_id).status())
-from kassette.cli import main
+from kassette._cli import main
 sys.exit(main(["--storage", "file:" + {directory!r}, "list"]))
 """
 

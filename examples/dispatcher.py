@@ -33,7 +33,7 @@ def dispatch(workflow, message):
         else:
             result = workflow.resume(run_id, event, message.get("value"))
     except (TerminalRunError, FencedError) as exc:
-        # Ended already (CancelledError is a TerminalRunError), or a newer session owns the
+        # Ended already (RunCancelledError is a TerminalRunError), or a newer session owns the
         # run and its own delivery will finish it: nothing is left for this message to do.
         return ACK, type(exc).__name__
     except (RunLockedError, StorageError) as exc:

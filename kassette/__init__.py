@@ -5,56 +5,58 @@ what the run's journal already holds and continues live at the first unfinished 
 survive crashes, suspend for humans, resume from any process, and fork.
 """
 
+import kassette._public as _public
+from kassette._engine import RunResult
+from kassette._retry import Retry
+from kassette._state import ErrorInfo, RunStatus
+from kassette._workflow import AsyncContext, AsyncWorkflow, Context, Workflow, kassette
 from kassette.core import open_run
-from kassette.engine import RunResult
 from kassette.errors import (
-    CancelledError,
+    ConflictError,
     EventNameCollisionError,
     EventNotPendingError,
     FencedError,
+    InputMismatchError,
     InvalidArgumentError,
     JournalCorruptionError,
     KassetteError,
-    MetadataMismatchError,
     NotSerializableError,
     ReplayError,
     ReplayMismatchError,
+    RunCancelledError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
     StorageError,
+    StorageNotFoundError,
     Suspended,
     TerminalRunError,
     VersionMismatchError,
 )
-from kassette.retry import Retry
-from kassette.state import ErrorInfo, RunStatus
-from kassette.storage import Storage, open_storage
-from kassette.storage.local import LocalStorage
-from kassette.storage.memory import MemoryStorage
-from kassette.workflow import AsyncContext, AsyncWorkflow, Context, Workflow, kassette
+from kassette.storage import LocalStorage, MemoryStorage, Storage, open_storage
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncContext",
     "AsyncWorkflow",
-    "CancelledError",
+    "ConflictError",
     "Context",
     "ErrorInfo",
     "EventNameCollisionError",
     "EventNotPendingError",
     "FencedError",
+    "InputMismatchError",
     "InvalidArgumentError",
     "JournalCorruptionError",
     "KassetteError",
     "LocalStorage",
     "MemoryStorage",
-    "MetadataMismatchError",
     "NotSerializableError",
     "ReplayError",
     "ReplayMismatchError",
     "Retry",
+    "RunCancelledError",
     "RunExistsError",
     "RunLockedError",
     "RunNotFoundError",
@@ -62,6 +64,7 @@ __all__ = [
     "RunStatus",
     "Storage",
     "StorageError",
+    "StorageNotFoundError",
     "Suspended",
     "TerminalRunError",
     "VersionMismatchError",
@@ -70,3 +73,13 @@ __all__ = [
     "open_run",
     "open_storage",
 ]
+
+_public.publish(globals(), "kassette")
+_public.install_moved_modules()
+__getattr__ = _public.deprecated_getattr(
+    "kassette",
+    {
+        "CancelledError": (lambda: RunCancelledError, "kassette.RunCancelledError"),
+        "MetadataMismatchError": (lambda: InputMismatchError, "kassette.InputMismatchError"),
+    },
+)

@@ -1,5 +1,5 @@
 """`python -m kassette`: the same command as the `kassette` console script."""
 
-from kassette.cli import main
+from kassette._cli import main
 
 raise SystemExit(main())

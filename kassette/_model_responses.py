@@ -1,6 +1,6 @@
 """Responses written for a text: what a fork edit of a model call journals.
 
-`kassette.model_calls.response_from_text` picks the shape (an OpenAI chat completion or its
+`kassette._llm_calls.response_from_text` picks the shape (an OpenAI chat completion or its
 chunks, a Responses API response or its events, an Anthropic message or its events); the
 functions here write it, keeping the recorded response's other fields. Standard library only.
 """
@@ -190,7 +190,7 @@ def anthropic_events(message: dict[str, Any], text: str) -> list[dict[str, Any]]
     ]
 
 
-# -- small readers shared with kassette.model_calls ------------------------------------------
+# -- small readers shared with kassette._llm_calls ------------------------------------------
 
 
 def is_stream(result: Any) -> bool:

@@ -4,7 +4,7 @@
     ├── FencedError              a newer session owns the run; this writer must stop
     ├── RunLockedError           another live process holds the run (transient: redeliver later)
     ├── TerminalRunError         the run already ended (complete, error or cancel)
-    │   └── CancelledError       ... by a cancel, possibly while this session ran
+    │   └── RunCancelledError    ... by a cancel, possibly while this session ran
     ├── EventNotPendingError     resume of an event the run is not waiting for
     ├── EventNameCollisionError  a bare event name matches several pending suspends
     ├── RunNotFoundError         (also a LookupError)
@@ -16,29 +16,32 @@
     ├── NotSerializableError     (also a TypeError) a value that is not plain JSON
     └── ReplayError              a re-invocation can never succeed: a dispatcher acks these
         ├── VersionMismatchError
-        ├── MetadataMismatchError
+        ├── InputMismatchError   `start` with another input than the run's
         ├── ReplayMismatchError
         └── JournalCorruptionError
 
 `Suspended` is a `BaseException`, not part of the tree: it is control flow, and `except
 Exception` in user code must not swallow it. None of these is journaled as a run's `error`.
+
+`CancelledError` and `MetadataMismatchError` are the deprecated former names of
+`RunCancelledError` and `InputMismatchError` (the same classes; a `DeprecationWarning` on use).
 """
 
-from __future__ import annotations
+import warnings
 
 __all__ = [
-    "CancelledError",
     "ConflictError",
     "EventNameCollisionError",
     "EventNotPendingError",
     "FencedError",
+    "InputMismatchError",
     "InvalidArgumentError",
     "JournalCorruptionError",
     "KassetteError",
-    "MetadataMismatchError",
     "NotSerializableError",
     "ReplayError",
     "ReplayMismatchError",
+    "RunCancelledError",
     "RunExistsError",
     "RunLockedError",
     "RunNotFoundError",
@@ -80,7 +83,7 @@ class TerminalRunError(KassetteError):
     """The run has already completed, failed or been canceled."""
 
 
-class CancelledError(TerminalRunError):
+class RunCancelledError(TerminalRunError):
     """The run was canceled (before this call, or by another process while it ran)."""
 
 
@@ -132,7 +135,7 @@ class VersionMismatchError(ReplayError):
     """The workflow's `version` differs from the version the run was started with."""
 
 
-class MetadataMismatchError(ReplayError):
+class InputMismatchError(ReplayError):
     """`start` was given a different input than the run was started with."""
 
 
@@ -152,6 +155,23 @@ class Suspended(BaseException):
         self.events = events
         self.run_id = run_id
 
-    def __reduce__(self) -> tuple[type[Suspended], tuple[tuple[str, ...]], dict[str, object]]:
+    def __reduce__(self) -> "tuple[type[Suspended], tuple[tuple[str, ...]], dict[str, object]]":
         # the default rebuilds from `args` (the message), which is not what __init__ takes
         return type(self), (self.events,), self.__dict__
+
+
+_RENAMED = {"CancelledError": "RunCancelledError", "MetadataMismatchError": "InputMismatchError"}
+
+
+def __getattr__(name: str) -> type[KassetteError]:
+    """The former names of renamed errors, for one release (docs/reference.md, decisions)."""
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"kassette.errors.{name} is deprecated; use {new} (the same class)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        error: type[KassetteError] = globals()[new]
+        return error
+    raise AttributeError(f"module 'kassette.errors' has no attribute {name!r}")

@@ -94,7 +94,7 @@ def inner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
         endpoint = request.getfixturevalue("s3_endpoint")  # puts s3_server on the path
         import s3_server
 
-        from kassette.storage.s3 import S3Storage
+        from kassette.storage._s3 import S3Storage
 
         client = s3_server.make_client(endpoint)
         bucket = f"kassette-aio-{uuid.uuid4().hex[:16]}"

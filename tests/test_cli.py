@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kassette import LocalStorage, Workflow, kassette
-from kassette.cli import main
+from kassette._cli import main
 from kassette.core import fork_run, open_run, run_status
 from kassette.errors import StorageNotFoundError
 from kassette.testing import FakeClock
@@ -513,7 +513,7 @@ def test_cancel_prints_the_new_status_and_a_second_cancel_fails(cli: Cli) -> Non
 
     before = (cli.directory / "waiting.jsonl").read_bytes()
     code, error = cli.error("cancel", "waiting")
-    assert (code, error["type"], error["runId"]) == (1, "CancelledError", "waiting")
+    assert (code, error["type"], error["runId"]) == (1, "RunCancelledError", "waiting")
     assert (cli.directory / "waiting.jsonl").read_bytes() == before
 
 
@@ -637,7 +637,7 @@ def test_a_missing_storage_directory_exits_3_and_nothing_is_created(
 def test_a_regular_file_as_the_storage_is_not_found_as_in_kassette_explore(
     cli: Cli, tmp_path: Path
 ) -> None:
-    """One rule for "storage not found" (`kassette.storage.local.check_exists`): a regular
+    """One rule for "storage not found" (`kassette.storage._local.check_exists`): a regular
     file at the path is not a store, for the CLI as for `kx.load`."""
     cli.directory.write_bytes(b"")
     code, error = cli.error("list")
@@ -843,7 +843,7 @@ def test_an_empty_storage_url_is_a_usage_error(cli: Cli, monkeypatch: pytest.Mon
 
 
 def test_docs_describe_exactly_the_registered_verbs() -> None:
-    from kassette.cli import _parser
+    from kassette._cli import _parser
 
     [verbs] = [
         action.choices

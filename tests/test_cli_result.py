@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kassette import LocalStorage, kassette
-from kassette.cli import main
+from kassette._cli import main
 from kassette.core import read_journal
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kassette import MemoryStorage, NotSerializableError, kassette
-from kassette.codec import (
+from kassette._codec import (
     MAX_DEPTH,
     check_json,
     check_json_encoded,
@@ -22,9 +22,9 @@ from kassette.codec import (
     encode,
     encode_entry,
 )
+from kassette._journal import Journal
 from kassette.core import fork_run, open_run, read_journal
 from kassette.errors import JournalCorruptionError
-from kassette.journal import Journal
 
 STAMP = "2026-01-01T00:00:00.000Z"
 
@@ -270,7 +270,7 @@ def test_a_line_spliced_around_the_checked_text_decodes_to_the_entry(
 
 
 def test_a_live_steps_result_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kassette.codec as codec
+    import kassette._codec as codec
 
     big = {"text": "x" * 100_000}
     encoded: list[int] = []  # the length of each text the codec's encoder produced
@@ -307,7 +307,7 @@ def test_import_falls_back_to_the_public_encoder_when_the_c_accelerator_differs(
         "import json.encoder\n"
         "accelerator = json.encoder.c_make_encoder\n"
         f"json.encoder.c_make_encoder = {replacement}\n"
-        "import kassette.codec as codec\n"
+        "import kassette._codec as codec\n"
         "json.encoder.c_make_encoder = accelerator  # json's own calls are not under test\n"
         "assert codec._C_ENCODE is None\n"
         "entry = {'type': 'step', 'stepId': 'a', 'result': {'x': [1, 'é', 2.5]}}\n"

@@ -18,14 +18,14 @@ from kassette.core import (
     run_status,
 )
 from kassette.errors import (
-    CancelledError,
     EventNotPendingError,
     FencedError,
+    InputMismatchError,
     InvalidArgumentError,
     JournalCorruptionError,
-    MetadataMismatchError,
     NotSerializableError,
     ReplayMismatchError,
+    RunCancelledError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
@@ -35,8 +35,8 @@ from kassette.errors import (
     VersionMismatchError,
 )
 from kassette.storage import Snapshot, Storage
-from kassette.storage.local import LocalStorage
-from kassette.storage.memory import MemoryStorage
+from kassette.storage._local import LocalStorage
+from kassette.storage._memory import MemoryStorage
 from kassette.testing import FakeClock
 
 
@@ -195,7 +195,7 @@ def test_metadata_mismatch_writes_nothing(storage: Storage, tmp_path: Path) -> N
     with open_run(storage, "r1", input={"q": 1}):
         pass
     before = data_of(storage, "r1")
-    with pytest.raises(MetadataMismatchError) as caught:
+    with pytest.raises(InputMismatchError) as caught:
         open_run(storage, "r1", input={"q": 2})
     assert caught.value.run_id == "r1"
     assert data_of(storage, "r1") == before
@@ -235,7 +235,7 @@ def test_a_version_can_be_set_by_a_later_session(storage: Storage) -> None:
     [
         (lambda run: run.complete({"ok": True}), TerminalRunError),
         (lambda run: run.fail(ValueError("bad")), TerminalRunError),
-        (lambda run: run.cancel("stop"), CancelledError),
+        (lambda run: run.cancel("stop"), RunCancelledError),
     ],
     ids=["complete", "fail", "cancel"],
 )
@@ -250,7 +250,7 @@ def test_a_terminal_run_cannot_be_opened(
     assert caught.value.run_id == "r1" and caught.value.offset == 1
     assert data_of(storage, "r1") == before
     if error is TerminalRunError:
-        assert not isinstance(caught.value, CancelledError)
+        assert not isinstance(caught.value, RunCancelledError)
 
 
 def test_nothing_is_appended_after_a_terminal_entry(storage: Storage) -> None:
@@ -396,14 +396,14 @@ def test_timeout_cancels_on_the_next_session(storage: Storage) -> None:
 
     clock.advance(6)
     with open_run(storage, "r1", clock=clock) as run:
-        with pytest.raises(CancelledError) as caught:
+        with pytest.raises(RunCancelledError) as caught:
             run.wait_for_event("approval", timeout=10)
         assert caught.value.step_id == "approval" and caught.value.run_id == "r1"
     cancel = read_journal(storage, "r1").entries[-1]
     assert cancel["type"] == "cancel" and cancel["reason"] == "timeout"
     assert cancel["session"] == 3
     assert run_status(storage, "r1").status == "canceled"
-    with pytest.raises(CancelledError):
+    with pytest.raises(RunCancelledError):
         open_run(storage, "r1", clock=clock)
 
 
@@ -414,7 +414,7 @@ def test_a_delivery_after_the_timeout_is_dropped(storage: Storage) -> None:
     clock.advance(11)
     with open_run(storage, "r1", clock=clock) as run:
         assert run.deliver("approval", "late") == "approval"
-        with pytest.raises(CancelledError):
+        with pytest.raises(RunCancelledError):
             run.wait_for_event("approval", timeout=10)
     assert "resume" not in types_of(storage, "r1")
 
@@ -556,7 +556,7 @@ def test_cancel_run_appends_cancel_in_a_new_session(storage: Storage) -> None:
     assert cancel["session"] == 2
     assert run_status(storage, "r1") == status
     before = data_of(storage, "r1")
-    with pytest.raises(CancelledError):
+    with pytest.raises(RunCancelledError):
         cancel_run(storage, "r1")
     assert data_of(storage, "r1") == before
 
@@ -568,7 +568,7 @@ def test_cancel_run_of_an_ended_run(storage: Storage, end: str) -> None:
     before = data_of(storage, "r1")
     with pytest.raises(TerminalRunError) as caught:
         cancel_run(storage, "r1", "too late")
-    assert not isinstance(caught.value, CancelledError)
+    assert not isinstance(caught.value, RunCancelledError)
     assert data_of(storage, "r1") == before
 
 
@@ -597,10 +597,10 @@ def test_a_session_fenced_by_a_cancel(storage: Storage) -> None:
     with open_run(storage, "r1") as run:
         run.record("a", lambda: 1)
         cancel_run(storage, "r1", "operator")  # takes no lock
-        with pytest.raises(CancelledError) as caught:
+        with pytest.raises(RunCancelledError) as caught:
             run.record("b", lambda: 2)
         assert caught.value.run_id == "r1"
-        with pytest.raises(CancelledError):
+        with pytest.raises(RunCancelledError):
             run.complete("x")
     assert types_of(storage, "r1") == ["start", "step", "cancel"]
     assert_dense(storage, "r1")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from kassette.journal import Journal
+from kassette._journal import Journal
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().parent / "procs" / "crash_worker.py"

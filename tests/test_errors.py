@@ -11,18 +11,18 @@ import pytest
 import kassette
 from kassette import errors
 from kassette.errors import (
-    CancelledError,
     ConflictError,
     EventNameCollisionError,
     EventNotPendingError,
     FencedError,
+    InputMismatchError,
     InvalidArgumentError,
     JournalCorruptionError,
     KassetteError,
-    MetadataMismatchError,
     NotSerializableError,
     ReplayError,
     ReplayMismatchError,
+    RunCancelledError,
     RunLockedError,
     RunNotFoundError,
     StorageError,
@@ -37,7 +37,7 @@ SPEC_ERRORS: dict[str, tuple[type[BaseException], ...]] = {
     "FencedError": (KassetteError,),
     "RunLockedError": (KassetteError,),
     "TerminalRunError": (KassetteError,),
-    "CancelledError": (TerminalRunError,),
+    "RunCancelledError": (TerminalRunError,),
     "EventNotPendingError": (KassetteError,),
     "EventNameCollisionError": (KassetteError,),
     "RunNotFoundError": (KassetteError, LookupError),
@@ -45,7 +45,7 @@ SPEC_ERRORS: dict[str, tuple[type[BaseException], ...]] = {
     "StorageError": (KassetteError,),
     "ReplayError": (KassetteError,),
     "VersionMismatchError": (ReplayError,),
-    "MetadataMismatchError": (ReplayError,),
+    "InputMismatchError": (ReplayError,),
     "ReplayMismatchError": (ReplayError,),
     "JournalCorruptionError": (ReplayError,),
     "InvalidArgumentError": (KassetteError, ValueError),
@@ -56,7 +56,7 @@ TREE_ERRORS = [getattr(errors, name) for name in SPEC_ERRORS] + [ConflictError]
 TRANSIENT: list[type[KassetteError]] = [StorageError, RunLockedError, ConflictError]
 NEVER_SUCCEEDS: list[type[KassetteError]] = [
     VersionMismatchError,
-    MetadataMismatchError,
+    InputMismatchError,
     ReplayMismatchError,
     JournalCorruptionError,
 ]
@@ -90,7 +90,7 @@ def test_the_tree_has_exactly_these_errors() -> None:
 
 
 def test_specific_relations() -> None:
-    assert issubclass(CancelledError, TerminalRunError)
+    assert issubclass(RunCancelledError, TerminalRunError)
     assert issubclass(ConflictError, StorageError)  # internal: a lost compare-and-swap
     assert "ConflictError" not in kassette.__all__
     assert issubclass(RunNotFoundError, LookupError)

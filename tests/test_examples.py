@@ -168,7 +168,7 @@ def check_dispatcher(tmp_path: Path) -> None:
         "resume INC-1 human-approval": ("ack", "success"),
         "resume INC-1 human-approval (duplicate)": ("ack", "TerminalRunError"),
         "start INC-2 with an empty ticket": ("ack", "failed"),
-        "start INC-3, canceled while it runs": ("ack", "CancelledError"),
+        "start INC-3, canceled while it runs": ("ack", "RunCancelledError"),
         "start INC-4 with workflow version v2": ("dead-letter", "VersionMismatchError"),
         "resume INC-5 before it suspends": ("redeliver", "EventNotPendingError"),
         "resume INC-6, a run that does not exist": ("dead-letter", "RunNotFoundError"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kassette.journal import Journal
+from kassette._journal import Journal
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().parent / "procs" / "fence_worker.py"
@@ -215,7 +215,7 @@ def test_cancel_from_another_process_stops_a_running_worker(tmp_path: Path) -> N
         outcome = finish(worker)
     finally:
         reap(worker)
-    assert outcome["outcome"] == "canceled" and outcome["error"] == "CancelledError"
+    assert outcome["outcome"] == "canceled" and outcome["error"] == "RunCancelledError"
     journal = journal_of(tmp_path)
     assert [e["type"] for e in journal.entries] == ["start", "step", "cancel"]
     assert journal.entries[-1]["session"] == 2 and journal.entries[-1]["reason"] == "operator"
@@ -231,6 +231,6 @@ def test_cancel_fences_a_paused_low_level_writer(
     assert run_worker("cancel", tmp_path)["status"] == "canceled"
     (tmp_path / "go").touch()
     a.send_signal(signal.SIGCONT)
-    assert finish(a)["error"] == "CancelledError"
+    assert finish(a)["error"] == "RunCancelledError"
     journal = journal_of(tmp_path)
     assert [e["type"] for e in journal.entries] == ["start", "step", "cancel"]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from kassette import (
+    InputMismatchError,
     InvalidArgumentError,
     MemoryStorage,
-    MetadataMismatchError,
     NotSerializableError,
     RunExistsError,
     TerminalRunError,
@@ -150,7 +150,7 @@ def test_forking_into_an_existing_run_is_a_retry_of_that_same_fork_only(
     with pytest.raises(RunExistsError, match="exists and is not a fork"):
         writer.fork("source", step="draft", new_run_id="plain")
     fork_run(storage, "source", step="draft", new_run_id="edit", result="x")
-    with pytest.raises(MetadataMismatchError, match="another edited result"):
+    with pytest.raises(InputMismatchError, match="another edited result"):
         writer.fork("source", step="draft", new_run_id="edit", result="y")
     assert writer.fork("source", step="draft", new_run_id="edit", result="x").status == "success"
 
@@ -180,9 +180,9 @@ def test_params_are_recorded_read_only_and_the_same_on_every_replay(
 def test_a_retry_with_other_params_is_a_metadata_mismatch(storage: MemoryStorage) -> None:
     writer = make_writer(storage, Counter())
     writer.start("tides", run_id="r", params={"review": True})
-    with pytest.raises(MetadataMismatchError, match="different params"):
+    with pytest.raises(InputMismatchError, match="different params"):
         writer.start("tides", run_id="r", params={"review": False})
-    with pytest.raises(MetadataMismatchError):
+    with pytest.raises(InputMismatchError):
         writer.start("tides", run_id="r", params={})
     assert writer.start("tides", run_id="r").status == "suspended"  # None: as recorded
     assert writer.start("tides", run_id="r", params={"review": True}).status == "suspended"
@@ -206,7 +206,7 @@ def test_a_fork_keeps_its_sources_params_unless_given_its_own(storage: MemorySto
     assert none.result["params"] == {}
     assert read_journal(storage, "own").state.params == {"temperature": 1.5}
     fork_run(storage, "source", step="final", new_run_id="open", params={"temperature": 1.5})
-    with pytest.raises(MetadataMismatchError, match="different params"):
+    with pytest.raises(InputMismatchError, match="different params"):
         writer.fork("source", step="final", new_run_id="open", params={"temperature": 0.3})
     retried = writer.fork("source", step="final", new_run_id="open")  # None: as recorded
     assert retried.result["params"] == {"temperature": 1.5}
@@ -263,7 +263,7 @@ def test_the_same_text_edit_again_is_a_retry_of_the_same_fork(storage: MemorySto
     assert edited["call"]["request"]["messages"][0]["content"] == "Draft it"
     # the response written for a text is the same every time: a retry, not another fork
     fork_run(storage, "model", step="messages.create", result="Better.", new_run_id="edit")
-    with pytest.raises(MetadataMismatchError):
+    with pytest.raises(InputMismatchError):
         fork_run(storage, "model", step="messages.create", result="Other.", new_run_id="edit")
 
 

@@ -15,17 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kassette.codec import parse_moment
-from kassette.core import cancel_run, fork_run, open_run, read_journal
-from kassette.errors import (
-    EventNameCollisionError,
-    InvalidArgumentError,
-    JournalCorruptionError,
-    NotSerializableError,
-    Suspended,
-    TerminalRunError,
-)
-from kassette.journal import (
+from kassette._codec import parse_moment
+from kassette._journal import (
     TERMINAL_TYPES,
     ErrorInfo,
     Journal,
@@ -36,8 +27,17 @@ from kassette.journal import (
     parse_timestamp,
     validate_name,
 )
+from kassette.core import cancel_run, fork_run, open_run, read_journal
+from kassette.errors import (
+    EventNameCollisionError,
+    InvalidArgumentError,
+    JournalCorruptionError,
+    NotSerializableError,
+    Suspended,
+    TerminalRunError,
+)
 from kassette.storage import validate_run_id
-from kassette.storage.local import LocalStorage
+from kassette.storage._local import LocalStorage
 from kassette.testing import FakeClock
 
 STAMP = "2026-01-01T00:00:00.000Z"
@@ -916,7 +916,7 @@ def test_status_of_every_byte_cut_of_a_real_journal_is_the_parsed_prefixs(tmp_pa
 
 
 def test_status_is_the_run_status_its_constructor_builds() -> None:
-    """Both folds end in `kassette.listing.folded_status`, which fills a RunStatus's fields at
+    """Both folds end in `kassette._listing.folded_status`, which fills a RunStatus's fields at
     once (`RunStatus.of_fields`): every field, nothing else, still frozen, as its constructor
     builds it."""
     stamp = "2026-01-01T00:00:00.000Z"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kassette._journal import Entries, EntryIndex, Journal, decode_line, encode
 from kassette.errors import JournalCorruptionError
-from kassette.journal import Entries, EntryIndex, Journal, decode_line, encode
 
 STAMP = "2026-01-01T00:00:00.000Z"
 
@@ -200,7 +200,7 @@ def test_a_parsed_journal_holds_about_its_size_in_memory() -> None:
 
 def test_a_live_run_keeps_its_entries_as_the_lines_it_wrote(tmp_path: Any) -> None:
     from kassette.core import open_run
-    from kassette.storage.local import LocalStorage
+    from kassette.storage._local import LocalStorage
 
     results = [
         {"choices": [{"message": {"content": f"answer {i} " + "word " * 150}}], "usage": [i] * 20}

@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 
 from kassette import KassetteError, LocalStorage, Suspended
 from kassette import explore as kx
-from kassette.cli import main as cli_main
+from kassette._cli import main as cli_main
+from kassette._journal import Journal, RunStatus, encode, format_timestamp, reduce_run
+from kassette._workflow import Context
 from kassette.core import cancel_run, fork_run, open_run, read_journal, run_status
 from kassette.explore import _decode
-from kassette.journal import Journal, RunStatus, encode, format_timestamp, reduce_run
 from kassette.testing import FakeClock
-from kassette.workflow import Context
 
 VERSIONS = st.sampled_from([None, "v1", "v2"])
 EVENTS = st.sampled_from(["approve", "review"])

@@ -1,4 +1,4 @@
-"""kassette.lineage: the fork forest built from each run's source, and its text tree."""
+"""kassette._lineage: the fork forest built from each run's source, and its text tree."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kassette.lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
+from kassette._lineage import RunNode, build_forest, creation_order, draw_tree, tree_lines
 
 
 def run(

@@ -1,4 +1,4 @@
-"""kassette.model_calls: every provider's response shape read as one kind of data, and the
+"""kassette._llm_calls: every provider's response shape read as one kind of data, and the
 response written back for another text."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kassette.model_calls import (
+from kassette._llm_calls import (
     FINISH_REASONS,
     VOLATILE_FIELDS,
-    ModelCall,
+    LLMCall,
     TokenUsage,
     describe_response,
-    read_model_call,
-    read_model_result,
+    read_llm_call,
+    read_llm_result,
     response_from_text,
     response_method,
     same_response_shape,
@@ -255,8 +255,8 @@ def step(result: Any, call: Any = None, **fields: Any) -> dict[str, Any]:
     return entry
 
 
-def read(result: Any, call: Any = None) -> ModelCall:
-    found = read_model_result(result, call)
+def read(result: Any, call: Any = None) -> LLMCall:
+    found = read_llm_result(result, call)
     assert found is not None
     return found
 
@@ -413,14 +413,14 @@ def test_openai_finish_reasons_are_normalised(reason: str, normalised: str) -> N
     ],
 )
 def test_other_results_are_not_model_calls(result: Any) -> None:
-    assert read_model_result(result) is None
-    assert read_model_call(step(result)) is None
+    assert read_llm_result(result) is None
+    assert read_llm_call(step(result)) is None
 
 
 def test_only_plain_step_entries_are_model_calls() -> None:
-    assert read_model_call(step(CHAT)) is not None
-    assert read_model_call(step(CHAT, kind="sleep")) is None
-    assert read_model_call({"type": "complete", "result": CHAT}) is None
+    assert read_llm_call(step(CHAT)) is not None
+    assert read_llm_call(step(CHAT, kind="sleep")) is None
+    assert read_llm_call({"type": "complete", "result": CHAT}) is None
 
 
 def test_the_call_field_names_provider_method_and_request() -> None:
@@ -440,7 +440,7 @@ def test_the_call_field_names_provider_method_and_request() -> None:
             },
         ],
     }
-    call = read_model_call(
+    call = read_llm_call(
         step(CHAT, {"provider": "openai", "method": "chat.completions.create", "request": request})
     )
     assert call is not None
@@ -449,7 +449,7 @@ def test_the_call_field_names_provider_method_and_request() -> None:
 
 
 def test_a_call_field_makes_any_result_a_model_call() -> None:
-    call = read_model_call(
+    call = read_llm_call(
         step(
             "edited by hand",
             {"provider": "anthropic", "method": "messages.create", "request": {"model": "x"}},
@@ -580,7 +580,7 @@ def test_a_response_from_text_keeps_the_recorded_response_s_fields() -> None:
     assert read(response_from_text(read(CHAT_STREAM), "x")).usage.total_tokens == 0
 
 
-def _sdk_types(call: ModelCall) -> Any:
+def _sdk_types(call: LLMCall) -> Any:
     return _adapter(call.provider, call.method, call.stream)
 
 

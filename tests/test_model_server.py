@@ -351,7 +351,7 @@ def test_latency_delays_each_response() -> None:
 def test_importing_kassette_does_not_import_the_server() -> None:
     code = (
         "import sys, kassette, kassette.testing\n"
-        "assert 'kassette._model_server' not in sys.modules\n"
+        "assert 'kassette.testing._model_server' not in sys.modules\n"
         "assert 'http.server' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

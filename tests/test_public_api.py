@@ -35,7 +35,7 @@ PROMISED = {
     "FencedError",
     "RunLockedError",
     "TerminalRunError",
-    "CancelledError",
+    "RunCancelledError",
     "EventNotPendingError",
     "EventNameCollisionError",
     "RunNotFoundError",
@@ -43,33 +43,24 @@ PROMISED = {
     "StorageError",
     "ReplayError",
     "VersionMismatchError",
-    "MetadataMismatchError",
+    "InputMismatchError",
     "ReplayMismatchError",
     "JournalCorruptionError",
     "Suspended",
 }
-# the standard-library-only core and the modules whose `__all__` is their API
+# the standard-library-only public packages (docs/reference.md, decision 8)
 CORE_MODULES = [
     "kassette",
-    "kassette.append",
-    "kassette.clock",
-    "kassette.codec",
     "kassette.core",
-    "kassette.engine",
     "kassette.errors",
-    "kassette.fork",
-    "kassette.journal",
-    "kassette.lineage",
-    "kassette.model_calls",
-    "kassette.retry",
-    "kassette.sessions",
-    "kassette.state",
     "kassette.storage",
-    "kassette.storage.local",
-    "kassette.storage.memory",
     "kassette.testing",
-    "kassette.workflow",
 ]
+# names SPEC promises that were renamed: still there, with a DeprecationWarning
+RENAMED = {
+    "CancelledError": "RunCancelledError",
+    "MetadataMismatchError": "InputMismatchError",
+}
 
 
 def isort_order(name: str) -> tuple[int, str]:
@@ -235,3 +226,89 @@ def private_imports() -> list[str]:
 def test_no_private_name_crosses_a_module_boundary() -> None:
     """Each layer uses only the public names of the ones below it (docs/architecture.md)."""
     assert private_imports() == []
+
+
+@pytest.mark.parametrize("module_name", CORE_MODULES)
+def test_all_is_exactly_the_public_names(module_name: str) -> None:
+    """httpx's rule: a public package's `__all__` is the public names of its namespace, no
+    helper (`Any`, `annotations`) and no module leaked, and each name says it lives there
+    (`__module__`), unless another public package owns it (kassette re-exports errors)."""
+    module = importlib.import_module(module_name)
+    public = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    lazy = set(module.__all__) - public
+    assert public <= set(module.__all__)
+    assert lazy <= {"S3Storage", "FakeModelServer"}  # loaded on first use (boto3, the server)
+    for name in module.__all__:
+        value = getattr(module, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__ in CORE_MODULES, (name, value.__module__)
+            assert value.__module__ == module_name or module_name == "kassette"
+
+
+def test_each_public_name_has_one_home() -> None:
+    """No name is in two public packages' `__all__`, except what `kassette` re-exports."""
+    homes: dict[str, list[str]] = {}
+    for module_name in CORE_MODULES[1:]:
+        for name in importlib.import_module(module_name).__all__:
+            homes.setdefault(name, []).append(module_name)
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+    for name in kassette.__all__:
+        value = getattr(kassette, name)
+        assert getattr(value, "__module__", "kassette") in CORE_MODULES
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED))
+def test_a_renamed_error_still_imports_with_a_warning(old: str) -> None:
+    new = RENAMED[old]
+    for module in (kassette, kassette.errors):
+        with pytest.warns(DeprecationWarning, match=new):
+            value = getattr(module, old)
+        assert value is getattr(kassette.errors, new)
+
+
+def test_an_old_module_path_imports_with_a_warning() -> None:
+    """Each moved module still imports, as the private module it became, naming the new path;
+    in a fresh process, so the warning is not hidden by an earlier import."""
+    from kassette._public import MOVED_MODULES
+
+    script = f"""
+import importlib, warnings
+warnings.simplefilter("error")
+moved = {dict((old, private) for old, (private, _) in MOVED_MODULES.items())!r}
+for old, private in moved.items():
+    try:
+        importlib.import_module(old)
+    except DeprecationWarning as warning:
+        assert private in str(warning), (old, str(warning))
+    else:
+        raise AssertionError(f"{{old}} imported without a warning")
+    warnings.simplefilter("ignore")
+    assert importlib.import_module(old) is importlib.import_module(private)
+    warnings.simplefilter("error")
+print(len(moved))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert int(result.stdout) == len(MOVED_MODULES) > 20
+
+
+def test_memory_storage_from_testing_is_deprecated() -> None:
+    import kassette.testing
+
+    with pytest.warns(DeprecationWarning, match="kassette.MemoryStorage"):
+        assert kassette.testing.MemoryStorage is kassette.MemoryStorage
+
+
+def test_model_call_names_are_deprecated_spellings_of_llm_call() -> None:
+    import kassette._llm_calls as llm_calls
+    import kassette.core
+
+    with pytest.warns(DeprecationWarning, match="kassette.core.LLMCall"):
+        assert llm_calls.ModelCall is kassette.core.LLMCall
+    with pytest.warns(DeprecationWarning, match="kassette.core.read_llm_call"):
+        assert llm_calls.read_model_call is kassette.core.read_llm_call

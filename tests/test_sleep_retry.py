@@ -293,10 +293,10 @@ def test_journal_and_code_disagreeing_at_an_id(
 
 
 def test_backoff_doubles_on_the_clock_up_to_its_cap_and_its_budget() -> None:
-    """`kassette.clock.Backoff`, the one backoff of the append retry, the read back, the cancel,
+    """`kassette._clock.Backoff`, the one backoff of the append retry, the read back, the cancel,
     koto's wait for a session and the lean append's wait for its lease: it waits on the
     clock it is given, never on `time.sleep`."""
-    from kassette.clock import Backoff
+    from kassette._clock import Backoff
 
     clock = FakeClock()
     counted = Backoff(clock, 0.05, most=0.15, attempts=4)

@@ -26,12 +26,12 @@ from workflow_support import (  # noqa: F401 - the *_fixture names are pytest fi
 
 from kassette import (
     AsyncWorkflow,
-    CancelledError,
     ErrorInfo,
     EventNotPendingError,
+    InputMismatchError,
     KassetteError,
-    MetadataMismatchError,
     ReplayMismatchError,
+    RunCancelledError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
@@ -42,9 +42,9 @@ from kassette import (
     Workflow,
     kassette,
 )
+from kassette._engine import run_state
 from kassette.core import cancel_run, fork_run, open_run
-from kassette.engine import run_state
-from kassette.storage.memory import MemoryStorage
+from kassette.storage._memory import MemoryStorage
 from kassette.testing import FakeClock
 
 # -- start -----------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_start_with_a_different_input_is_refused(kind: str, storage: Any, clock:
     wf = make_workflow(kind, body, abody, storage=storage, clock=clock)
     wf.start({"a": 1}, run_id="r")
     before = raw(storage, "r")
-    with pytest.raises(MetadataMismatchError) as caught:
+    with pytest.raises(InputMismatchError) as caught:
         wf.start({"a": 2}, run_id="r")
     assert caught.value.run_id == "r"
     assert raw(storage, "r") == before
@@ -217,7 +217,7 @@ def ended_run(request: pytest.FixtureRequest, kind: str, storage: Any, clock: Fa
 
 def test_ended_runs_refuse_start_and_resume(ended_run: Any, storage: Any) -> None:
     ending, wf = ended_run
-    expected = CancelledError if ending == "canceled" else TerminalRunError
+    expected = RunCancelledError if ending == "canceled" else TerminalRunError
     before = raw(storage, "r")
     for call in (
         lambda: wf.start(1, run_id="r"),
@@ -229,7 +229,7 @@ def test_ended_runs_refuse_start_and_resume(ended_run: Any, storage: Any) -> Non
             call()
         assert caught.value.run_id == "r"
         if ending != "canceled":
-            assert not isinstance(caught.value, CancelledError)
+            assert not isinstance(caught.value, RunCancelledError)
     assert raw(storage, "r") == before
 
 
@@ -541,7 +541,7 @@ def test_cancel_while_running_stops_the_session(kind: str, storage: Any, clock: 
         return await ctx.step("b", lambda: "never")
 
     wf = make_workflow(kind, body, abody, storage=storage, clock=clock)
-    with pytest.raises(CancelledError) as caught:
+    with pytest.raises(RunCancelledError) as caught:
         wf.start(run_id="r")
     assert caught.value.run_id == "r"
     assert types(storage, "r") == ["start", "cancel"]
@@ -770,7 +770,7 @@ def test_suspend_timeout_cancels(kind: str, storage: Any, clock: FakeClock, how:
     assert "resume" not in types(storage, "r")
     assert seen == []
     assert wf.status("r").status == "canceled"
-    with pytest.raises(CancelledError):
+    with pytest.raises(RunCancelledError):
         wf.resume("r", "approval", "later still")
 
 
@@ -802,7 +802,7 @@ def test_user_code_catching_the_timeout_cannot_undo_the_cancel(
     assert wf.start(run_id="r").status == "suspended"
     clock.advance(120)
     assert wf.start(run_id="r") == RunResult("r", "canceled")
-    assert caught == ["CancelledError"]
+    assert caught == ["RunCancelledError"]
     assert types(storage, "r")[-1] == "cancel" and types(storage, "r").count("cancel") == 1
 
 
@@ -1085,7 +1085,7 @@ def test_cancel(kind: str, storage: Any, clock: FakeClock) -> None:
     assert cancel["session"] == 2
     assert wf.status("r") == status
     before = raw(storage, "r")
-    with pytest.raises(CancelledError):
+    with pytest.raises(RunCancelledError):
         wf.cancel("r")
     assert raw(storage, "r") == before
 

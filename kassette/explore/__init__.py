@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from kassette.explore._otlp import send_otlp, to_otlp
 
 if TYPE_CHECKING:
-    from kassette.explore.widgets import CompareView, ForkExplorer, RunTree
+    from kassette.explore._widgets import CompareView, ForkExplorer, RunTree
 
 __all__ = [
     "ENTRY_SCHEMA",
@@ -91,7 +91,7 @@ def __getattr__(name: str) -> Any:
     """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
     extra), so they load on first use."""
     if name in _WIDGETS:
-        from kassette.explore import widgets
+        from kassette.explore import _widgets as widgets
 
         return getattr(widgets, name)
     if name in _OTLP:

@@ -1,6 +1,6 @@
 """Answers: how a comparison shows a model call, as the text a person reads.
 
-A model-call step (read by `kassette.model_calls`) is shown as its response text, then a line
+A model-call step (read by `kassette._llm_calls`) is shown as its response text, then a line
 per tool call; above it, the request parameters that differ from the baseline's
 (`temperature 0.7 → 1.3`). Two answers are the same when their responses are, but for the
 fields that differ between two calls that gave the same answer (`VOLATILE_FIELDS`: response
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kassette._json_diff import ABSENT, first_difference
-from kassette.model_calls import ModelCall, read_model_result
+from kassette._llm_calls import LLMCall, read_llm_result
 
 __all__ = ["ELIDED", "Answer", "answer_of", "request_changes", "word_diff"]
 
@@ -41,14 +41,14 @@ def answer_of(entry: Mapping[str, Any]) -> Answer | None:
     not a model call."""
     if entry.get("kind", "step") != "step":
         return None  # a sleep's or a parallel block's record
-    call = read_model_result(entry.get("result"), entry.get("call"))
+    call = read_llm_result(entry.get("result"), entry.get("call"))
     if call is None:
         return None
     key = json.dumps(call.comparable(), sort_keys=True, ensure_ascii=False)
     return Answer(_text(call), key, call.request)
 
 
-def _text(call: ModelCall) -> str:
+def _text(call: LLMCall) -> str:
     """The response text, then `tool call: name({...})` per tool call."""
     lines = [call.text] if call.text else []
     for tool in call.tool_calls:

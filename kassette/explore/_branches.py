@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from kassette.codec import check_json
+from kassette._codec import check_json
+from kassette._engine import RunResult
+from kassette._fork import plan_fork
+from kassette._workflow import AsyncWorkflow, Workflow
 from kassette.core import read_journal
-from kassette.engine import RunResult
 from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
 from kassette.explore._progress import Budget, Watch, display_for
 from kassette.explore._running import (
@@ -44,8 +46,6 @@ from kassette.explore._running import (
     resume_all,
     run_all,
 )
-from kassette.fork import plan_fork
-from kassette.workflow import AsyncWorkflow, Workflow
 
 if TYPE_CHECKING:
     from kassette.explore._frames import Journals

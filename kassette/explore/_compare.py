@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.codec import to_json
+from kassette._codec import to_json
 from kassette.errors import InvalidArgumentError, RunNotFoundError
 from kassette.explore._answers import Answer, answer_of, request_changes
 from kassette.explore._frames import Journals

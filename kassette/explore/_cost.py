@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from kassette.model_calls import TokenUsage
+from kassette._llm_calls import TokenUsage
 
 __all__ = ["call_costs"]
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from kassette.codec import (
+from kassette._codec import (
     MAX_LINE_DEPTH,
     REQUIRED_TEXT,
     parse_moment,
@@ -35,9 +35,9 @@ from kassette.codec import (
     to_json,
     too_deep,
 )
+from kassette._state import RunState, reduce_entry
 from kassette.explore._import_runs import imported_columns, source_ending
 from kassette.explore._llm import run_totals
-from kassette.state import RunState, reduce_entry
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
 
@@ -285,7 +285,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
 
 
 def _strictly_readable(lines: pa.Array, data: bytearray, starts: IntArray, ends: IntArray) -> bool:
-    """Whether every line keeps the rules of `kassette.codec.decode_line` that Arrow's reader
+    """Whether every line keeps the rules of `kassette._codec.decode_line` that Arrow's reader
     does not check (it skips the fields it ignores): strict UTF-8, arrays and objects nested at
     most `MAX_LINE_DEPTH` deep, no escaped lone surrogate. A line that may not is left to the
     general path, which decodes it with `decode_line` and raises where `Journal.parse` does."""
@@ -394,7 +394,7 @@ def _number(value: object) -> float | None:
 
 
 def _parse_time(value: object) -> datetime | None:
-    """A journal timestamp as `kassette.codec.parse_moment` reads it; None if it does not."""
+    """A journal timestamp as `kassette._codec.parse_moment` reads it; None if it does not."""
     if not isinstance(value, str):
         return None
     try:
@@ -407,10 +407,10 @@ def _parse_time(value: object) -> datetime | None:
 
 
 def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Table:
-    """One row per run, its state folded from its entries by `kassette.state.reduce_entry`.
+    """One row per run, its state folded from its entries by `kassette._state.reduce_entry`.
 
     Steps do not change a run's state, so only the other entries are decoded and folded.
-    The counts are the ones `kassette.listing.folded_status` makes a `RunStatus` of (step
+    The counts are the ones `kassette._listing.folded_status` makes a `RunStatus` of (step
     entries, the highest session), counted here column-wise, and `started_at` is the time of
     `RunState.creation_offset`'s entry, as `created_at` is (tests/explore/test_frames.py's
     `test_runs_agree_with_run_status` holds the two to the same answers).

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kassette.model_calls import ModelCall, read_model_result, response_from_text
+from kassette._llm_calls import ModelCall, read_model_result, response_from_text
 
 __all__ = ["METHODS", "Message", "SourceCall", "ToolCall", "rebuild"]
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kassette.append import append
-from kassette.clock import SystemClock
-from kassette.codec import parse_json
+from kassette._append import append
+from kassette._clock import SystemClock
+from kassette._codec import parse_json
 from kassette.errors import ConflictError, InvalidArgumentError
 from kassette.storage import Storage, open_storage, validate_run_id
 

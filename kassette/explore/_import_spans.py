@@ -26,7 +26,7 @@ from typing import Any
 from kassette.explore._import_calls import SourceCall, rebuild
 from kassette.explore._import_messages import source_call
 from kassette.explore._import_runs import ImportedRun, StepNames, StepNaming, timestamp_of
-from kassette.model_calls import read_model_result
+from kassette._llm_calls import read_model_result
 
 __all__ = ["Span", "run_of_trace"]
 

@@ -4,7 +4,7 @@ A fork's first session writes a `start` entry whose `source` names the run it wa
 from and the offset it was cut at; that link makes every run a node whose parent is its
 source. Runs that are not forks (or whose source is not loaded) are roots. Siblings are
 ordered by fork offset, then run id, like `kassette tree`: both build and draw the forest
-with `kassette.lineage`; this module adds lookups, the "not loaded" notes and HTML.
+with `kassette._lineage`; this module adds lookups, the "not loaded" notes and HTML.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator
 
+from kassette._lineage import RunNode, build_forest, draw_tree, tree_lines
 from kassette.errors import RunNotFoundError
 from kassette.explore._frames import Journals
-from kassette.lineage import RunNode, build_forest, draw_tree, tree_lines
 
 __all__ = ["STATUS_COLORS", "Lineage", "RunNode", "lineage"]
 

@@ -2,7 +2,7 @@
 
 A model call is a step whose result is a provider's response (OpenAI chat completions or
 Responses API, Anthropic messages, or a stream of either), with its request in the entry's
-`call` field when the integration recorded it; `kassette.model_calls` reads one. Any step with
+`call` field when the integration recorded it; `kassette._llm_calls` reads one. Any step with
 such a result counts, whatever its name (so calls journaled by other means count too). A
 regular expression over the JSON text finds the few candidates; only those are parsed. Each
 call's cost comes from `genai-prices` (`kassette.explore._cost`).
@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.codec import to_json
+from kassette._codec import to_json
+from kassette._llm_calls import LLMCall, read_llm_call
 from kassette.explore._cost import call_costs
-from kassette.model_calls import ModelCall, read_model_call
 
 __all__ = ["LLM_CALL_SCHEMA", "llm_calls", "run_totals"]
 
@@ -120,7 +120,7 @@ def run_totals(entries: pa.Table, run_ids: list[str]) -> tuple[np.ndarray, ...]:
 
 def _model_calls(
     entries: pa.Table, names: tuple[str, ...]
-) -> Iterator[tuple[tuple[Any, ...], ModelCall]]:
+) -> Iterator[tuple[tuple[Any, ...], LLMCall]]:
     """The columns `names` and the model call of every step entry that is one: a regular
     expression picks the candidates, and only those are parsed."""
     if not entries.num_rows:
@@ -136,6 +136,6 @@ def _model_calls(
             payload = json.loads(value)
         except ValueError:
             continue
-        call = read_model_call({**payload, "type": "step"}) if isinstance(payload, dict) else None
+        call = read_llm_call({**payload, "type": "step"}) if isinstance(payload, dict) else None
         if call is not None:
             yield tuple(fields), call

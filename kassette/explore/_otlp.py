@@ -37,9 +37,9 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kassette._llm_calls import LLMCall, read_llm_call
 from kassette.errors import InvalidArgumentError, StorageError
 from kassette.explore._bar import Progress
-from kassette.model_calls import ModelCall, read_model_call
 
 _HINT = 'OpenTelemetry export needs the opentelemetry-proto package: pip install "kassette[otel]"'
 
@@ -272,7 +272,7 @@ def _entry_span(
     elif step_kind == "parallel":
         blocks[step_id] = span
     else:
-        call = read_model_call({**value, "type": "step"})
+        call = read_llm_call({**value, "type": "step"})
         if call is not None:
             _model_call(span, call, include_content)
         elif include_content:
@@ -322,7 +322,7 @@ def _exception(at: int, error: Mapping[str, Any]) -> trace_pb2.Span.Event:
     )
 
 
-def _model_call(span: _Span, call: ModelCall, include_content: bool) -> None:
+def _model_call(span: _Span, call: LLMCall, include_content: bool) -> None:
     """GenAI semantic conventions and OpenInference attributes on a model call's span."""
     request = call.request or {}
     requested = request.get("model") if isinstance(request.get("model"), str) else call.model

@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
-from kassette.codec import decode_line
-from kassette.engine import RunResult
+from kassette._codec import decode_line
+from kassette._engine import RunResult
+from kassette._llm_calls import read_llm_call
 from kassette.errors import InvalidArgumentError
 from kassette.explore._running import BUDGET, Board, Branch, Halted, Outcome, Stop
-from kassette.model_calls import read_model_call
 from kassette.storage import Storage
 
 WATCH_S = 0.2  # how often the journals are read and the display redrawn
@@ -73,7 +73,7 @@ class Spent:
 
 def spent_by(entry: Mapping[str, Any]) -> Spent:
     """What one journal entry cost, if it is a model call."""
-    call = read_model_call(entry)
+    call = read_llm_call(entry)
     if call is None:
         return Spent()
     from kassette.explore._cost import call_costs

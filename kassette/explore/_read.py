@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kassette._lineage import creation_order
 from kassette.errors import RunNotFoundError
 from kassette.explore._decode import Batch
-from kassette.lineage import creation_order
-from kassette.storage import Storage, open_storage
-from kassette.storage.local import check_exists
+from kassette.storage import Storage, check_exists, open_storage
 
 __all__ = [
     "BATCH_BYTES",

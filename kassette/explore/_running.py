@@ -39,11 +39,11 @@ from concurrent.futures import (
 from dataclasses import dataclass
 from typing import Any
 
+from kassette._engine import RunResult
+from kassette._state import ErrorInfo, RunStatus
+from kassette._workflow import AsyncWorkflow, Workflow
 from kassette.core import checking_before_steps, run_status
-from kassette.engine import RunResult
 from kassette.errors import RunNotFoundError
-from kassette.state import ErrorInfo, RunStatus
-from kassette.workflow import AsyncWorkflow, Workflow
 
 AnyWorkflow = Workflow[Any, Any] | AsyncWorkflow[Any, Any]
 INTERRUPT = "interrupt"  # why a branch stopped: the fan-out's caller was interrupted

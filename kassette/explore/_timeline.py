@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kassette.codec import format_timestamp
+from kassette._codec import format_timestamp
 from kassette.errors import RunNotFoundError
 from kassette.explore._frames import Journals
 from kassette.explore._read import unique_run_ids

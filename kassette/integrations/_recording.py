@@ -2,7 +2,7 @@
 
 A model call is a step whose `result` is the provider's response (a stream: `{"stream":
 [chunk, ...]}`) and whose `call` is `{"provider", "method", "request"}`: the request as sent,
-as JSON, without credentials and transport options (`kassette.codec.CallRecord`). Live, the
+as JSON, without credentials and transport options (`kassette._codec.CallRecord`). Live, the
 request goes to the provider and both are journaled; on replay the response is rebuilt into
 the SDK's own type and no request is made, once the code's request is found equal to the
 recorded one. A different request raises `ReplayMismatchError` naming the first differing
@@ -24,13 +24,13 @@ from typing import Any, Generic, TypeVar
 
 import pydantic
 
+from kassette._journal import CallRecord, validate_name
 from kassette._json_diff import ABSENT
 from kassette._json_diff import first_difference as _first_difference
+from kassette._llm_calls import response_method
+from kassette._workflow import AsyncContext, Context
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
-from kassette.journal import CallRecord, validate_name
-from kassette.model_calls import response_method
-from kassette.workflow import AsyncContext, Context
 
 __all__ = [
     "AsyncLiveStream",

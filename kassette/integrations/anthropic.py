@@ -40,10 +40,10 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         'pip install "kassette[anthropic]"'
     ) from exc
 
+from kassette._workflow import AsyncContext, Context
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError
 from kassette.integrations import _recording
-from kassette.workflow import AsyncContext, Context
 
 __all__ = ["journaled"]
 

@@ -37,9 +37,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         'pip install "kassette[openai]"'
     ) from exc
 
+from kassette._workflow import AsyncContext, Context
 from kassette.core import Run
 from kassette.integrations import _recording
-from kassette.workflow import AsyncContext, Context
 
 __all__ = ["journaled"]
 

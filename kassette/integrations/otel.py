@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from kassette.codec import to_json
+from kassette._codec import to_json
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError
 

@@ -138,7 +138,7 @@ def s3_bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str]]:
 def test_dask_runs_branches_onto_s3(
     tmp_path: Path, dask_client: Any, s3_bucket: tuple[Any, str]
 ) -> None:
-    from kassette.storage.s3 import S3Storage
+    from kassette.storage._s3 import S3Storage
 
     client, bucket = s3_bucket
     storage = S3Storage(bucket, "fan-out", client)

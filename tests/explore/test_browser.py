@@ -301,7 +301,7 @@ small""",
 import json
 from pathlib import Path
 
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 many = Path("many")
 many.mkdir()
@@ -346,7 +346,7 @@ from IPython.display import display
 
 from kassette import MemoryStorage
 from kassette import explore as kx
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 storage = MemoryStorage()
 for run in range(RUNS):

@@ -31,7 +31,7 @@ import random
 
 from kassette import MemoryStorage
 from kassette import explore as kx
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 SENTENCES = [
     "The outage began when the payment client's retry wrapper doubled its backoff on every "

@@ -13,8 +13,8 @@ from ipywidgets.widgets.widget import _instances
 
 from kassette import InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
+from kassette._journal import encode, format_timestamp
 from kassette.core import fork_run
-from kassette.journal import encode, format_timestamp
 from kassette.testing import FakeClock
 
 
@@ -139,7 +139,7 @@ def test_compare_view_aligns_50_branches_with_diffs_against_a_baseline() -> None
 
 
 def test_nested_strings_keep_their_newlines() -> None:
-    from kassette.explore.widgets._rows import pretty_json
+    from kassette.explore._widgets._rows import pretty_json
 
     assert pretty_json({"reply": {"content": "a\nb", "n": [1, "x"]}}) == (
         '{\n  "reply": {\n    "content": """\n      a\n      b\n    """,\n'

@@ -12,7 +12,7 @@ import pytest
 
 from kassette import LocalStorage, MemoryStorage, Storage, kassette
 from kassette import explore as kx
-from kassette.cli import main
+from kassette._cli import main
 
 
 def _runs(storage: Storage) -> Any:

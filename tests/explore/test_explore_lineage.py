@@ -7,9 +7,9 @@ from conftest import Scenario
 
 from kassette import MemoryStorage, RunNotFoundError
 from kassette import explore as kx
+from kassette._journal import encode
+from kassette._lineage import build_forest
 from kassette.explore import RunNode
-from kassette.journal import encode
-from kassette.lineage import build_forest
 
 
 def test_forest_structure(scenario: Scenario) -> None:

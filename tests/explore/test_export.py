@@ -22,7 +22,7 @@ from kassette import (
     RunNotFoundError,
 )
 from kassette import explore as kx
-from kassette.journal import encode, format_timestamp
+from kassette._journal import encode, format_timestamp
 
 
 def journal_bytes(rows: list[dict[str, Any]]) -> dict[str, bytes]:
@@ -428,7 +428,7 @@ def test_a_partition_value_that_cannot_be_a_directory_is_refused_and_nothing_is_
     """Adversarial 4 and 5: a legal 300-character step name raised a raw `OSError` (name too
     long) and left a half-written dataset; a step named `__HIVE_DEFAULT_PARTITION__` read
     back as null, merged with the entries that have no name."""
-    from kassette.cli import main
+    from kassette._cli import main
     from kassette.core import open_run
 
     storage = LocalStorage(tmp_path / "store")

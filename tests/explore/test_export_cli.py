@@ -14,7 +14,7 @@ from conftest import RUNS, populate
 
 from kassette import LocalStorage
 from kassette import explore as kx
-from kassette.cli import main
+from kassette._cli import main
 
 
 @pytest.fixture
@@ -211,7 +211,7 @@ def test_without_the_explore_extra_the_error_names_the_install(url: str, tmp_pat
     script = (
         "import sys\n"
         "sys.modules['pyarrow'] = None  # as if the explore extra were not installed\n"
-        "from kassette.cli import main\n"
+        "from kassette._cli import main\n"
         f"sys.exit(main(['--storage', {url!r}, 'export', {str(tmp_path / 'out')!r}, "
         "'--format', 'parquet']))\n"
     )
@@ -227,7 +227,7 @@ def test_without_the_explore_extra_the_error_names_the_install(url: str, tmp_pat
 
 def test_the_cli_module_imports_no_explore_dependency() -> None:
     script = (
-        "import sys, kassette.cli\n"
+        "import sys, kassette._cli\n"
         "print(sorted(m for m in ('pandas', 'pyarrow', 'numpy', 'ipywidgets', 'kassette.explore')"
         " if m in sys.modules))\n"
     )

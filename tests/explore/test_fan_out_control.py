@@ -150,10 +150,10 @@ def test_a_budget_stops_new_steps_once_the_fan_outs_own_calls_reach_it() -> None
 
 
 def test_a_dollar_budget_counts_the_calls_at_their_known_price() -> None:
+    from kassette._llm_calls import read_llm_result
     from kassette.explore._cost import call_costs
-    from kassette.model_calls import read_model_result
 
-    call = read_model_result(completion(TOKENS_PER_CALL))
+    call = read_llm_result(completion(TOKENS_PER_CALL))
     assert call is not None
     [price] = call_costs([(call.provider, call.model, call.usage)])
     assert price is not None and price > 0  # gpt-4o-mini is in the price database
@@ -209,9 +209,9 @@ def test_the_terminal_bar_counts_branches_and_tokens() -> None:
     stream = io.StringIO()
     bar = TerminalBar(stream)
     stop = Stop()
-    from kassette.engine import RunResult
+    from kassette._engine import RunResult
+    from kassette._state import ErrorInfo
     from kassette.explore._running import Halted, Raised
-    from kassette.state import ErrorInfo
 
     outcomes = [
         RunResult("a", "success"),

@@ -23,10 +23,10 @@ from kassette import (
     kassette,
 )
 from kassette import explore as kx
+from kassette._journal import encode, format_timestamp
 from kassette.core import fork_run, read_journal, run_status
 from kassette.errors import StorageNotFoundError
 from kassette.explore import _decode, _read
-from kassette.journal import encode, format_timestamp
 from kassette.testing import FakeClock
 
 ENTRY_DTYPES = {

@@ -16,7 +16,7 @@ from openai import OpenAI
 
 from kassette import LocalStorage, kassette
 from kassette import explore as kx
-from kassette.errors import MetadataMismatchError, ReplayMismatchError
+from kassette.errors import InputMismatchError, ReplayMismatchError
 from kassette.integrations import anthropic as journaled_anthropic
 from kassette.integrations import openai as journaled_openai
 from kassette.testing import FakeModelServer, fake_model_server
@@ -130,7 +130,7 @@ def test_a_changed_request_stops_the_replay_naming_the_step(
     with fake_model_server() as server:
         weather = replayer(storage, server)
         changed = {"city": "Paris", "extra": 1}
-        with pytest.raises(MetadataMismatchError):  # another input: the run was another task's
+        with pytest.raises(InputMismatchError):  # another input: the run was another task's
             weather.start(changed, run_id=report.run_ids[0])
 
         @kassette(storage=storage)

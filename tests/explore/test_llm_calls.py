@@ -12,8 +12,8 @@ from genai_prices import Usage, calc_price
 
 from kassette import MemoryStorage
 from kassette import explore as kx
+from kassette._journal import encode, format_timestamp
 from kassette.core import fork_run
-from kassette.journal import encode, format_timestamp
 
 REQUEST = {
     "model": "gpt-4o-mini",

@@ -12,8 +12,8 @@ import pytest
 
 from kassette import InvalidArgumentError, MemoryStorage, RunNotFoundError
 from kassette import explore as kx
+from kassette._journal import encode, format_timestamp
 from kassette.core import fork_run
-from kassette.journal import encode, format_timestamp
 
 
 def chat(tokens: tuple[int, int]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ MODULES = [
     "kassette.explore._export",
     "kassette.explore._frames",
     "kassette.explore._lineage",
-    "kassette.explore.widgets",
+    "kassette.explore._widgets",
 ]
 
 
@@ -69,7 +69,7 @@ def test_a_missing_extra_names_the_install() -> None:
 def test_no_public_name_hides_a_module_of_the_same_name() -> None:
     """The modules are private (`_compare.py`), as httpx's are: `kx.compare` is the function,
     and `import kassette.explore.compare` finds no module to shadow it."""
-    for package in (kx, importlib.import_module("kassette.explore.widgets")):
+    for package in (kx, importlib.import_module("kassette.explore._widgets")):
         for name in package.__all__:
             assert importlib.util.find_spec(f"{package.__name__}.{name}") is None, name
     assert sys.modules["kassette.explore._compare"] is not kx.compare

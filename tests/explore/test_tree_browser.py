@@ -20,8 +20,8 @@ from test_browser import BROWSER_ARGS, CHROMIUM, NO_CHROMIUM
 
 from kassette import MemoryStorage, kassette
 from kassette import explore as kx
-from kassette.explore.widgets._colors import SCALE
-from kassette.explore.widgets._rows import FOLDED, pretty_json
+from kassette.explore._widgets._colors import SCALE
+from kassette.explore._widgets._rows import FOLDED, pretty_json
 
 SYNCED = ("_forest", "legend", "selected", "details", "entries", "page", "pages", "message")
 SYNCED_TOO = ("can_resume",)

@@ -18,8 +18,8 @@ from ipywidgets.widgets.widget import _instances
 from kassette import AsyncContext, InvalidArgumentError, MemoryStorage, RunNotFoundError, kassette
 from kassette import explore as kx
 from kassette.core import read_journal, run_status
-from kassette.explore.widgets._colors import NO_VALUE_COLOR, SCALE
-from kassette.explore.widgets._tree import PAGE
+from kassette.explore._widgets._colors import NO_VALUE_COLOR, SCALE
+from kassette.explore._widgets._tree import PAGE
 from kassette.testing import FakeClock
 
 
@@ -64,7 +64,7 @@ def test_run_tree_legend_names_the_colour_of_each_status(scenario: Scenario) -> 
 
 
 def test_the_legend_has_other_only_for_a_status_it_does_not_know() -> None:
-    from kassette.explore.widgets._colors import legend
+    from kassette.explore._widgets._colors import legend
 
     assert ("other", "#444") in legend(["completed", "paused"])
     assert "other" not in dict(legend(["completed", "running"]))

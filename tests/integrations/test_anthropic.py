@@ -509,7 +509,7 @@ def test_a_journal_without_requests_replays_as_before(
     lines = path.read_bytes().splitlines(keepends=True)
     entries = [json.loads(line) for line in lines]
     assert [("call" in e) for e in entries] == [False, True, False]
-    from kassette.journal import encode
+    from kassette._journal import encode
 
     path.write_bytes(b"".join(encode({k: v for k, v in e.items() if k != "call"}) for e in entries))
     system[0] = "You are verbose."  # unnoticed: nothing recorded to compare with

@@ -23,9 +23,9 @@ from openai.types.responses import Response
 
 from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, kassette
 from kassette import explore as kx
+from kassette._llm_calls import read_llm_call
 from kassette.core import read_journal
 from kassette.integrations.openai import journaled
-from kassette.model_calls import read_model_call
 from kassette.storage import Storage
 from kassette.testing import FakeModelServer, fake_model_server
 
@@ -122,7 +122,7 @@ def test_a_fork_edits_a_model_call_with_text_and_the_branch_continues(
     row = calls[(calls["run_id"] == "edited") & ~calls["copied"]].iloc[0]
     assert row["response_text"] == "A better draft."
     assert row["finish_reason"] == "stop"
-    if read_model_call(source_draft).usage.input_tokens is not None:  # type: ignore[union-attr]
+    if read_llm_call(source_draft).usage.input_tokens is not None:  # type: ignore[union-attr]
         assert row["cost_usd"] == 0  # no tokens were spent on an edit
     else:  # a chat stream reports usage only when asked to: an edit of one does not either
         assert pd.isna(row["cost_usd"])
@@ -293,7 +293,7 @@ def test_an_anthropic_call_is_edited_with_text(model_server: FakeModelServer, ho
     agent.start("tides", run_id="source")
     asked = model_server.request_count
     source_draft = draft_step(storage, "source")
-    assert read_model_call(source_draft) is not None
+    assert read_llm_call(source_draft) is not None
 
     forked = agent.fork("source", step=source_draft["stepId"], result="Un meilleur brouillon.")
 
@@ -302,7 +302,7 @@ def test_an_anthropic_call_is_edited_with_text(model_server: FakeModelServer, ho
     assert model_server.request_count == asked + 1  # the review only
     entry = next(e for e in read_journal(storage, forked.run_id).entries if e.get("edited"))
     assert entry["call"] == source_draft["call"]
-    edited = read_model_call(entry)
+    edited = read_llm_call(entry)
     assert edited is not None
     assert (edited.provider, edited.stream, edited.text) == (
         "anthropic",

@@ -34,9 +34,9 @@ from kassette import (
     kassette,
     open_run,
 )
+from kassette._journal import encode
 from kassette.core import read_journal
 from kassette.integrations.openai import journaled
-from kassette.journal import encode
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -1,7 +1,7 @@
 """Fixtures for koto's black-box tests: the `koto` command run as a real process.
 
 Every test gets a fresh HOME and KOTO_HOME and a project directory to run in; `koto(...)` runs
-`python -m kassette.koto.cli` there and returns the exit code, stdout, stderr and the JSON on
+`python -m kassette.koto._cli` there and returns the exit code, stdout, stderr and the JSON on
 stdout's last line. Templates the tests use are tiny files in tests/koto/templates/.
 """
 
@@ -63,7 +63,7 @@ class Koto:
         self.environment["PYTHONPATH"] = str(PROJECT_ROOT)
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "kassette.koto.cli", *args]
+        return [sys.executable, "-m", "kassette.koto._cli", *args]
 
     def __call__(self, *args: str, input: bytes | None = None, **environment: str) -> Result:
         return self.at(self.cwd, *args, input=input, **environment)

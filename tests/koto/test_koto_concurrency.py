@@ -7,7 +7,7 @@ import time
 
 from conftest import Koto
 
-from kassette.journal import Journal
+from kassette._journal import Journal
 
 WAIT = 60  # seconds a test waits for its processes, far above what they need
 

@@ -10,7 +10,7 @@ import yaml  # a dev dependency: these tests never skip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kassette.koto.frontmatter import Mapping, YamlError, parse
+from kassette.koto._frontmatter import Mapping, YamlError, parse
 
 HERE = Path(__file__).parent
 SOURCES = sorted(HERE.glob("templates/*.md")) + sorted(HERE.parents[1].glob("examples/koto/*.md"))

@@ -232,16 +232,16 @@ def sources() -> dict[str, str]:
 def test_section3_koto_has_one_store_class_over_either_backend(tmp_path: Path) -> None:
     import ast
 
-    from kassette.koto.config import Config
-    from kassette.koto.store import Sessions, open_store
+    from kassette.koto._config import Config
+    from kassette.koto._store import Sessions, open_store
     from kassette.storage import ObjectStorage
-    from kassette.storage.local import LocalStorage
+    from kassette.storage._local import LocalStorage
 
     classes = {
         name: [n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef)]
         for name, text in sources().items()
     }
-    assert classes["store.py"] == ["Sessions"] and classes["s3store.py"] == []
+    assert classes["_store.py"] == ["Sessions"] and classes["_s3store.py"] == []
     local = open_store(tmp_path, Config({}, {}))
     assert type(local) is Sessions and isinstance(local.objects, LocalStorage)
     assert isinstance(local.objects, ObjectStorage)
@@ -249,14 +249,16 @@ def test_section3_koto_has_one_store_class_over_either_backend(tmp_path: Path) -
 
 def test_section3_one_atomic_write_one_variable_pattern_one_error_conversion() -> None:
     texts = sources()
-    for name, text in texts.items():  # files are written by kassette.storage.local.replace_file
+    for name, text in texts.items():  # files are written by kassette.storage._local.replace_file
         assert "os.replace(" not in text and "fsync" not in text, name
         assert "except KassetteError" not in text or "from_kassette" in text, name
     patterns = [name for name, text in texts.items() if r"\{\{" in text]
-    assert patterns == ["gates.py"], patterns
+    assert patterns == ["_gates.py"], patterns
     validators = [name for name, text in texts.items() if "def validate_name" in text]
-    assert validators == ["names.py"]
-    assert "_translate" not in texts["session.py"] and "_infrastructure" not in texts["session.py"]
+    assert validators == ["_names.py"]
+    assert (
+        "_translate" not in texts["_session.py"] and "_infrastructure" not in texts["_session.py"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import Koto
 
-from kassette.journal import Journal
+from kassette._journal import Journal
 
 pytest.importorskip("boto3")
 pytest.importorskip("moto")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import Koto
 
-from kassette.koto.compiler import compile_text
-from kassette.koto.template import SIMPLE_FORM_FIELD, TemplateError
+from kassette.koto._compiler import compile_text
+from kassette.koto._template import SIMPLE_FORM_FIELD, TemplateError
 
 GOOD = """---
 name: t

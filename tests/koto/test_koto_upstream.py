@@ -121,7 +121,7 @@ states:
     gates:
       inner:
         type: command
-        command: "python -m kassette.koto.cli next {{SESSION_NAME}} >in.json; echo $? >in.code"
+        command: "python -m kassette.koto._cli next {{SESSION_NAME}} >in.json; echo $? >in.code"
     transitions:
       - {target: done, when: {gates.inner.exit_code: 0}}
   done: {terminal: true}
@@ -385,13 +385,13 @@ def _import_cycles(package: Path) -> list[set[str]]:
 
 def test_item6_koto_errors_are_kassette_errors_and_imports_flow_one_way(koto: Koto) -> None:
     from kassette.errors import KassetteError
-    from kassette.koto.errors import KotoError
-    from kassette.koto.template import TemplateError
+    from kassette.koto._errors import KotoError
+    from kassette.koto._template import TemplateError
 
     assert issubclass(KotoError, KassetteError) and issubclass(TemplateError, KotoError)
     package = Path(__file__).resolve().parents[2] / "kassette" / "koto"
     assert _import_cycles(package) == []
-    store = (package / "store.py").read_text() + (package / "s3store.py").read_text()
+    store = (package / "_store.py").read_text() + (package / "_s3store.py").read_text()
     assert "botocore.exceptions" not in store  # S3Storage translates botocore's errors, once
 
     bad = koto.write("bad.md", "---\nname: x\n---\n")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kassette import CancelledError, FencedError, LocalStorage, RunLockedError, kassette
+from kassette import FencedError, LocalStorage, RunCancelledError, RunLockedError, kassette
 from kassette.core import Run, cancel_run, open_run
 
 PID = os.getpid()
@@ -73,7 +73,7 @@ def hold(storage: LocalStorage, config: dict[str, Any]) -> None:
         except FencedError as exc:
             say(outcome="fenced", session=run.session, error=type(exc).__name__)
             return
-        except CancelledError as exc:
+        except RunCancelledError as exc:
             say(outcome="canceled", session=run.session, error=type(exc).__name__)
             return
     say(outcome="wrote", session=run.session)
@@ -93,7 +93,7 @@ def flow(storage: LocalStorage, config: dict[str, Any]) -> None:
 
     try:
         result = workflow.start({"n": 1}, run_id=config["run_id"])
-    except CancelledError as exc:
+    except RunCancelledError as exc:
         say(outcome="canceled", error=type(exc).__name__)
         return
     say(outcome="wrote", status=result.status)

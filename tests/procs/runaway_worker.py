@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from kassette import CancelledError, Context, kassette
+from kassette import Context, RunCancelledError, kassette
 
 LIMIT = 20_000
 SECONDS = 30.0
@@ -41,7 +41,7 @@ def main(url: str, run_id: str, pause: float = 0.0) -> None:
 
     try:
         outcome = kassette(runaway, storage=url).start(None, run_id=run_id).result
-    except CancelledError:
+    except RunCancelledError:
         outcome = "canceled"
     except Exception as exc:  # reported, for the test to show
         outcome = f"{type(exc).__name__}: {exc}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kassette.journal import Journal
+from kassette._journal import Journal
 
 STEPS = ["fetch", "parse", "plan", "build", "ship"]
 EXPECTED = {"last": "ship<build<plan<parse<fetch<None"}

@@ -3,7 +3,7 @@
 The writer records steps with no work between them: on `LocalStorage` (in another process,
 appending lean) and on `S3Storage` (in another process, against the moto server) through
 tests/procs/runaway_worker.py, on `MemoryStorage` in a thread. The cancel must return, the
-journal must end canceled, the writer must raise `CancelledError` at its next step, and every
+journal must end canceled, the writer must raise `RunCancelledError` at its next step, and every
 step it was told was recorded must be in the journal.
 
 Then the pieces (`ExclusiveAppend` itself is in the conformance suite, `kassette.testing`): a
@@ -28,13 +28,14 @@ from typing import Any
 
 import pytest
 
-from kassette import CancelledError, Context, LocalStorage, kassette
-from kassette.codec import encode
+from kassette import Context, LocalStorage, RunCancelledError, kassette
+from kassette._codec import encode
+from kassette._journal import Journal
 from kassette.core import cancel_run, open_run, read_journal
 from kassette.errors import StorageError
-from kassette.journal import Journal
-from kassette.storage import ExclusiveAppend, Snapshot, Storage, local_append, open_storage
-from kassette.storage.memory import MemoryStorage
+from kassette.storage import ExclusiveAppend, Snapshot, Storage, open_storage
+from kassette.storage import _local_append as local_append
+from kassette.storage._memory import MemoryStorage
 from kassette.testing import FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,7 +124,7 @@ def test_cancel_lands_against_a_thread_appending_back_to_back_on_memory_storage(
     def write() -> None:
         try:
             outcome.append(kassette(runaway, storage=storage).start(None, run_id=RUN_ID).result)
-        except CancelledError:
+        except RunCancelledError:
             outcome.append("canceled")
         finally:
             started.set()
@@ -166,7 +167,7 @@ def test_a_cancel_waits_for_a_lean_holder_to_let_go_and_appends_in_place(
             while fence.read_bytes() == leased:  # moved: the cancel waits for the lease now
                 assert time.monotonic() < deadline, "the cancel never moved the fence"
                 time.sleep(0.001)
-            with pytest.raises(CancelledError):
+            with pytest.raises(RunCancelledError):
                 run.record("b", lambda: 2)
         finally:
             canceller.join(TIMEOUT)
@@ -185,7 +186,7 @@ CANCELLER = textwrap.dedent(
     """
     import sys, time
     from kassette.core import cancel_run
-    from kassette.journal import Journal
+    from kassette._journal import Journal
 
     def parse(cls, data, run_id):  # the cancel's plan: it holds the journal's flock here
         print("planning", flush=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kassette import LocalStorage, MemoryStorage, Storage, open_storage
+from kassette._journal import Journal, encode
 from kassette.core import open_run, read_journal
 from kassette.errors import (
     ConflictError,
@@ -20,7 +21,6 @@ from kassette.errors import (
     RunLockedError,
     StorageError,
 )
-from kassette.journal import Journal, encode
 
 CHILD_HOLDS_LOCK = """
 import sys
@@ -354,7 +354,7 @@ def test_a_failed_write_of_the_lock_removes_its_temporary_file(
     def no_space(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("kassette.storage.local.os.write", no_space)
+    monkeypatch.setattr("kassette.storage._local.os.write", no_space)
     with pytest.raises(StorageError, match="No space left"), storage.lock("r1", 1):
         pass
     assert os.listdir(root) == []
@@ -486,9 +486,9 @@ def test_a_live_holder_with_its_start_time_keeps_the_lock(storage: LocalStorage)
 
 
 def test_a_temporary_name_is_written_and_read_by_one_rule(tmp_path: Path) -> None:
-    """`kassette.storage.files` writes the temporary names (journal, lockfile, replaced journal,
+    """`kassette.storage._files` writes the temporary names (journal, lockfile, replaced journal,
     object) and parses the pid back from them, for the sweep of dead processes' files."""
-    from kassette.storage.files import new_temporary, temporary_pid
+    from kassette.storage._files import new_temporary, temporary_pid
 
     for stem, suffix in (("r1", ".tmp"), ("r1", ".lock.tmp"), ("notes.md", ".tmp")):
         path, fd = new_temporary(tmp_path, stem, suffix)

@@ -25,7 +25,7 @@ import pytest
 
 from kassette import LocalStorage
 from kassette.core import cancel_run, open_run, read_journal
-from kassette.errors import CancelledError, FencedError
+from kassette.errors import FencedError, RunCancelledError
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 60.0
@@ -79,7 +79,7 @@ def test_no_fence_file_is_left_behind(storage: LocalStorage, root: Path) -> None
         leased = (root / "r2.jsonl").stat().st_ino
         cancel_run(LocalStorage(root), "r2")  # another storage: the holder's file is replaced
         assert (root / "r2.jsonl").stat().st_ino != leased
-        with pytest.raises(CancelledError, match="superseded"):
+        with pytest.raises(RunCancelledError, match="superseded"):
             run.record("b", lambda: 2)
     assert sorted(p.name for p in root.iterdir()) == ["r1.jsonl", "r2.jsonl"]
 
@@ -97,7 +97,7 @@ def test_delete_run_fences_a_live_session(storage: LocalStorage, root: Path) -> 
 HOLDER = textwrap.dedent(
     """
     import json, sys, time
-    from kassette import CancelledError, LocalStorage
+    from kassette import RunCancelledError, LocalStorage
     from kassette.core import open_run
 
     directory, run_id = sys.argv[1], sys.argv[2]
@@ -115,7 +115,7 @@ HOLDER = textwrap.dedent(
                 acked.append(step)
                 time.sleep(0.001)  # a step's own work
         outcome = "ran out"
-    except CancelledError:
+    except RunCancelledError:
         outcome = "canceled"
     print(json.dumps({"outcome": outcome, "acked": acked}), flush=True)
     """
@@ -125,7 +125,7 @@ HOLDER = textwrap.dedent(
 @pytest.mark.parametrize("pause", [0.0, 0.02, 0.1])
 def test_a_cancel_from_another_process_lands_between_lean_appends(root: Path, pause: float) -> None:
     """The holder appends lean in a loop; this process cancels the run meanwhile. The cancel
-    replaces the journal under the holder, which raises `CancelledError` at its next append;
+    replaces the journal under the holder, which raises `RunCancelledError` at its next append;
     every step it was told was written is in the journal, which reads (dense offsets) and
     ends with the cancel."""
     run_id = "raced"
@@ -236,7 +236,7 @@ def test_a_lean_write_racing_a_replacing_writer_is_kept_or_not_acknowledged(
         status = cancel_run(LocalStorage(root), "r1")  # not the holder's storage
         monkeypatch.undo()
         assert status.status == "canceled"
-        with pytest.raises(CancelledError):
+        with pytest.raises(RunCancelledError):
             run.record("after", lambda: 3)
     journal = read_journal(storage, "r1")
     assert journal.entries[-1]["type"] == "cancel"

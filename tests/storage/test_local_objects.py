@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 
-from kassette import InvalidArgumentError, LocalStorage, StorageError, kassette
-from kassette.journal import encode
+from kassette import InvalidArgumentError, LocalStorage, MemoryStorage, StorageError, kassette
+from kassette._journal import encode
 from kassette.storage import ObjectStorage, Storage, validate_object_name
-from kassette.storage.local import replace_file
-from kassette.storage.s3 import S3Storage
-from kassette.testing import MemoryStorage
+from kassette.storage._local import replace_file
+from kassette.storage._s3 import S3Storage
 
 START = encode({"type": "start", "session": 1, "offset": 0})
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

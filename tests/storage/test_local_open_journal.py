@@ -13,7 +13,7 @@ import pytest
 
 from kassette import LocalStorage
 from kassette.core import cancel_run, open_run, read_journal
-from kassette.errors import CancelledError, ConflictError
+from kassette.errors import ConflictError, RunCancelledError
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_a_cancel_from_another_thread_shares_the_open_journal_safely(
     canceller.start()
     deadline = time.monotonic() + 60
     try:
-        with open_run(storage, "r1") as run, pytest.raises(CancelledError):
+        with open_run(storage, "r1") as run, pytest.raises(RunCancelledError):
             for i in range(100_000):  # appends race the cancel until it lands, then fail
                 run.record(f"s{i}", lambda i=i: i)
                 started.set()

@@ -18,7 +18,7 @@ import pytest
 
 from kassette import LocalStorage, MemoryStorage
 from kassette.core import open_run, read_journal
-from kassette.storage.s3 import S3Storage
+from kassette.storage._s3 import S3Storage
 
 READ_IN_CHILD = """
 import pickle, sys

@@ -31,10 +31,10 @@ from kassette import (
     kassette,
     open_storage,
 )
+from kassette._journal import Journal, encode
 from kassette.core import open_run, read_journal, run_status
 from kassette.errors import ConflictError
-from kassette.journal import Journal, encode
-from kassette.storage.s3 import S3Storage
+from kassette.storage._s3 import S3Storage
 from kassette.testing import StorageConformance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -662,7 +662,7 @@ def test_without_boto3_the_module_imports_and_creating_a_client_says_what_to_ins
         "import sys\n"
         "sys.modules['boto3'] = None\n"
         "sys.modules['botocore'] = None\n"
-        "import kassette.storage.s3\n"
+        "import kassette.storage._s3\n"
         "from kassette import open_storage\n"
         "try:\n"
         "    open_storage('s3://some-bucket/prefix')\n"

@@ -20,11 +20,11 @@ from s3_server import make_client
 from s3_workflows import EXPECTED, assert_sound, counted_pipeline, object_keys, pipeline
 
 from kassette import FencedError, KassetteError, TerminalRunError, kassette
+from kassette._journal import Journal, encode
 from kassette.core import fork_run, open_run, read_journal, run_status
 from kassette.errors import ConflictError, InvalidArgumentError, JournalCorruptionError
-from kassette.journal import Journal, encode
-from kassette.storage.chunks import HEAD, Policy, live_chunks, parse_head
-from kassette.storage.s3 import S3Storage
+from kassette.storage._chunks import HEAD, Policy, live_chunks, parse_head
+from kassette.storage._s3 import S3Storage
 from kassette.testing import StorageConformance
 
 TIMEOUT = 120

@@ -1,4 +1,4 @@
-"""The chunked journal layout (kassette/storage/chunks.py) against a model, without a server.
+"""The chunked journal layout (kassette/storage/_chunks.py) against a model, without a server.
 
 `S3Storage` runs with its two requests (`_get`, `_put`) answered by an in-memory bucket that
 applies `If-Match` / `If-None-Match` as S3 does, so Hypothesis can try thousands of
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from kassette._journal import Journal, encode
 from kassette.errors import ConflictError, JournalCorruptionError, StorageError
-from kassette.journal import Journal, encode
-from kassette.storage.chunks import (
+from kassette.storage._chunks import (
     HEAD,
     Head,
     Policy,
@@ -30,7 +30,7 @@ from kassette.storage.chunks import (
     parse_head,
     plan_append,
 )
-from kassette.storage.s3 import S3Storage
+from kassette.storage._s3 import S3Storage
 
 SMALL = Policy(short_lines=3, short_bytes=10_000, tail_entries=2, fanout=3)
 

@@ -18,11 +18,10 @@ import pytest
 from s3_proxy import Fault, FaultProxy
 from s3_server import make_client
 
-from kassette import InvalidArgumentError, StorageError, kassette
-from kassette.journal import encode
+from kassette import InvalidArgumentError, MemoryStorage, StorageError, kassette
+from kassette._journal import encode
 from kassette.storage import Storage
-from kassette.storage.s3 import S3Storage
-from kassette.testing import MemoryStorage
+from kassette.storage._s3 import S3Storage
 
 START = encode({"type": "start", "session": 1, "offset": 0})
 
