@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kassette._llm_calls import ModelCall, read_model_result, response_from_text
+from kassette._llm_calls import LLMCall, read_llm_result, response_from_text
 
 __all__ = ["METHODS", "Message", "SourceCall", "ToolCall", "rebuild"]
 
@@ -180,7 +180,7 @@ def _anthropic_message(message: Message) -> dict[str, Any]:
 def _response(call: SourceCall, request: dict[str, Any]) -> Any:
     stream = request.get("stream") is True or call.method == "messages.stream"
     if call.response is not None:
-        read = read_model_result(call.response, {"provider": call.provider, "method": call.method})
+        read = read_llm_result(call.response, {"provider": call.provider, "method": call.method})
         if read is not None and read.shape is not None and read.stream == stream:
             return call.response
         if read is not None and read.shape is not None and not stream:
@@ -190,7 +190,7 @@ def _response(call: SourceCall, request: dict[str, Any]) -> Any:
     if stream and call.tool_calls:
         return "a streamed answer with tool calls: its events are not in the source"
     model = call.response_model or call.model or str(request.get("model") or "")
-    shell = ModelCall(call.provider, call.method, request, {"model": model}, stream)
+    shell = LLMCall(call.provider, call.method, request, {"model": model}, stream)
     response = response_from_text(shell, call.text or "")
     if stream:
         return response  # the text's events; usage and ids are not rebuilt into a stream

@@ -28,10 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kassette._append import append
-from kassette._clock import SystemClock
-from kassette._codec import parse_json
-from kassette.errors import ConflictError, InvalidArgumentError
+from kassette._codec import encode, parse_json
+from kassette.errors import ConflictError, InvalidArgumentError, StorageError
 from kassette.storage import Storage, open_storage, validate_run_id
 
 __all__ = [
@@ -169,23 +167,29 @@ def write_run(storage: Storage, run: ImportedRun) -> str:
     """Journal `run` whole, with one append that creates it: "written"; "existing" when an
     earlier import of the same source wrote it; else why it cannot be written."""
     if storage.read(run.run_id) is None:
+        data = b"".join(encode(entry) for entry in run.entries())
         try:
-            append(storage, run.run_id, run.entries(), None, _CLOCK)
+            storage.append(run.run_id, data, token=None)
             return "written"
         except ConflictError:
             pass  # written meanwhile: by whom is read below
-    snapshot = storage.read(run.run_id)
-    first = snapshot.data.split(b"\n", 1)[0] if snapshot is not None else b""
-    try:
-        recorded = parse_json(first).get(IMPORTED, {}).get("key")
-    except (ValueError, AttributeError):
-        recorded = None
-    if recorded == run.key:
+        except StorageError:
+            if _recorded_key(storage, run.run_id) != run.key:
+                raise
+            return "written"  # an ambiguous failure: the write had landed
+    if _recorded_key(storage, run.run_id) == run.key:
         return "existing"
     return f"run {run.run_id} exists and holds another run (not one imported from {run.key})"
 
 
-_CLOCK = SystemClock()
+def _recorded_key(storage: Storage, run_id: str) -> Any:
+    """The import key in a run's first entry (None: no run, or not an imported one)."""
+    snapshot = storage.read(run_id)
+    first = snapshot.data.split(b"\n", 1)[0] if snapshot is not None else b""
+    try:
+        return parse_json(first).get(IMPORTED, {}).get("key")
+    except (ValueError, AttributeError):
+        return None
 
 
 class StepNames:

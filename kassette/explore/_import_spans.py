@@ -26,7 +26,7 @@ from typing import Any
 from kassette.explore._import_calls import SourceCall, rebuild
 from kassette.explore._import_messages import source_call
 from kassette.explore._import_runs import ImportedRun, StepNames, StepNaming, timestamp_of
-from kassette._llm_calls import read_model_result
+from kassette._llm_calls import read_llm_result
 
 __all__ = ["Span", "run_of_trace"]
 
@@ -201,7 +201,7 @@ def _model_step(run: ImportedRun, span: Span, names: StepNames) -> list[tuple[Sp
             **_timing(span),
         }
     )
-    read = read_model_result(response, {"provider": provider, "method": method})
+    read = read_llm_result(response, {"provider": provider, "method": method})
     return [(span, str(c.get("name"))) for c in (read.tool_calls if read else [])]
 
 
