@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kassette._llm_calls import read_llm_result
 from kassette.explore._import_calls import SourceCall, rebuild
 from kassette.explore._import_messages import source_call
 from kassette.explore._import_runs import ImportedRun, StepNames, StepNaming, timestamp_of
-from kassette._llm_calls import read_llm_result
 
 __all__ = ["Span", "run_of_trace"]
 
