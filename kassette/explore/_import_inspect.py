@@ -81,16 +81,16 @@ def import_inspect(
     except Exception as exc:  # Inspect raises what its reader meets: say which file
         raise InvalidArgumentError(f"{path.name}: not an Inspect log ({exc})") from None
     eval_id = header.eval.eval_id
-    reporter = Reporter(storage_of(storage))
-    try:
-        for sample in read_eval_log_samples(str(path), all_samples_required=False):
-            data = sample.model_dump(mode="json", exclude_none=True)
-            reporter.write(_run(data, eval_id, header.eval.task, path.name, step_names))
-    except InvalidArgumentError:
-        raise
-    except Exception as exc:  # a sample Inspect cannot read: the runs before it are written
-        raise InvalidArgumentError(f"{path.name}: an unreadable sample ({exc})") from None
-    return reporter.report()
+    with Reporter(storage_of(storage)) as reporter:
+        try:
+            for sample in read_eval_log_samples(str(path), all_samples_required=False):
+                data = sample.model_dump(mode="json", exclude_none=True)
+                reporter.write(_run(data, eval_id, header.eval.task, path.name, step_names))
+        except InvalidArgumentError:
+            raise
+        except Exception as exc:  # a sample Inspect cannot read: the runs before it are written
+            raise InvalidArgumentError(f"{path.name}: an unreadable sample ({exc})") from None
+        return reporter.report()
 
 
 def _run(

@@ -19,11 +19,14 @@ live from there, and the run is *partial*, with the sentences saying what is mis
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -138,29 +141,63 @@ class ImportReport:
 
 
 class Reporter:
-    """Collects an import's report while its runs are written."""
+    """Collects an import's report while its runs are written, a few at a time (a run's
+    write waits on its fsync: several overlap), each whole; a context manager that waits for
+    every write it started."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, writers: int = 8) -> None:
         self.storage = storage
         self.run_ids: list[str] = []
         self.partial: dict[str, tuple[str, ...]] = {}
-        self.written: list[str] = []
-        self.skipped: dict[str, str] = {}
+        self.outcomes: dict[str, str] = {}
+        self._pool = ThreadPoolExecutor(writers, thread_name_prefix="kassette-import")
+        self._batch: list[ImportedRun] = []
+        self._pending: deque[Future[dict[str, str]]] = deque()
+        self._limit = writers * 2  # batches built but not yet written: memory stays bounded
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._batch:  # the runs built before an error are written too
+                self._submit()
+        finally:
+            self._pool.shutdown(wait=True)
 
     def write(self, run: ImportedRun) -> None:
         self.run_ids.append(run.run_id)
         if run.missing:
             self.partial[run.run_id] = tuple(run.missing)
-        outcome = write_run(self.storage, run)
-        if outcome == "written":
-            self.written.append(run.run_id)
-        elif outcome != "existing":
-            self.skipped[run.run_id] = outcome
+        self._batch.append(run)
+        if len(self._batch) >= _BATCH:
+            self._submit()
+
+    def _submit(self) -> None:
+        batch, self._batch = self._batch, []
+        self._pending.append(self._pool.submit(_write_runs, self.storage, batch))
+        while len(self._pending) > self._limit:
+            self.outcomes.update(self._pending.popleft().result())
 
     def report(self) -> ImportReport:
-        return ImportReport(
-            tuple(self.run_ids), dict(self.partial), tuple(self.written), dict(self.skipped)
-        )
+        if self._batch:
+            self._submit()
+        while self._pending:
+            self.outcomes.update(self._pending.popleft().result())
+        written = tuple(r for r in self.run_ids if self.outcomes.get(r) == "written")
+        skipped = {
+            run_id: outcome
+            for run_id, outcome in self.outcomes.items()
+            if outcome not in ("written", "existing")
+        }
+        return ImportReport(tuple(self.run_ids), dict(self.partial), written, skipped)
+
+
+_BATCH = 16  # runs a writer thread takes at a time
+
+
+def _write_runs(storage: Storage, runs: list[ImportedRun]) -> dict[str, str]:
+    return {run.run_id: write_run(storage, run) for run in runs}
 
 
 def write_run(storage: Storage, run: ImportedRun) -> str:
@@ -243,8 +280,13 @@ def run_id_of(prefix: str, *parts: object) -> str:
 
 def timestamp_of(nanos: int) -> str:
     """A journal timestamp (ISO 8601 UTC, milliseconds, `Z`) of nanoseconds since the epoch."""
-    moment = datetime.fromtimestamp(nanos // 1_000_000 / 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    seconds, rest = divmod(nanos, 1_000_000_000)
+    return f"{_second(seconds)}.{rest // 1_000_000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def storage_of(storage: Storage | str | os.PathLike[str]) -> Storage:
