@@ -61,24 +61,45 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_malformed_line_is_an_error_naming_it_and_nothing_is_written(
+def whole_runs_only(store: Path, clean: Path) -> list[str]:
+    """The runs in `store`, each checked to be byte for byte the clean import's."""
+    written = sorted(path.name for path in store.glob("*.jsonl"))
+    for name in written:
+        assert without_file_name(store / name) == without_file_name(clean / name)
+    return written
+
+
+def without_file_name(journal: Path) -> list[Any]:
+    """A journal's entries, but for the file name in `imported.from`."""
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    entries[0]["imported"].pop("from")
+    return entries
+
+
+def test_a_malformed_line_is_an_error_naming_it_and_fixing_it_imports_the_rest(
     traces: Path, tmp_path: Path
 ) -> None:
+    kx.import_otlp(traces, tmp_path / "clean")
     lines = traces.read_text().splitlines(keepends=True)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join([*lines[:2], '{"resourceSpans": [oops\n', *lines[2:]]))
     store = tmp_path / "store"
     with pytest.raises(InvalidArgumentError, match=r"bad\.jsonl line 3: not JSON"):
         kx.import_otlp(bad, LocalStorage(store))
-    assert not list(store.glob("*.jsonl"))
+    before = whole_runs_only(store, tmp_path / "clean")  # the traces that ended before it
+    assert len(before) < len(TASKS[:2])
     done = cli("--storage", f"file:{store}", "import", "otlp", str(bad))
     assert done.returncode == 2 and done.stdout == ""
     error = json.loads(done.stderr)["error"]
     assert error["type"] == "InvalidArgumentError" and "line 3" in error["message"]
     assert "Traceback" not in done.stderr
+    fixed = kx.import_otlp(traces, LocalStorage(store))
+    assert len(fixed.written) == 2 - len(before)
+    assert len(whole_runs_only(store, tmp_path / "clean")) == 2
 
 
 def test_a_truncated_file_is_an_error_naming_its_last_line(traces: Path, tmp_path: Path) -> None:
+    kx.import_otlp(traces, tmp_path / "clean")
     data = traces.read_bytes()
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[: len(data) - 40])
@@ -87,7 +108,7 @@ def test_a_truncated_file_is_an_error_naming_its_last_line(traces: Path, tmp_pat
     assert done.returncode == 2
     message = json.loads(done.stderr)["error"]["message"]
     assert f"cut.jsonl line {count}: truncated" in message
-    assert not list((tmp_path / "store").glob("*.jsonl"))
+    assert len(whole_runs_only(tmp_path / "store", tmp_path / "clean")) < 2
 
 
 def test_unknown_attributes_and_spans_change_nothing(traces: Path, tmp_path: Path) -> None:
