@@ -286,7 +286,7 @@ def _import(storage: Storage, args: argparse.Namespace) -> None:
     for run_id, missing in report.partial.items():
         _warn(
             {
-                "message": f"run {run_id} is partial: its steps stop where the source lacks",
+                "message": f"run {run_id} is partial: its steps stop before what its source lacks",
                 "runId": run_id,
                 "missing": list(missing),
             }
