@@ -51,9 +51,19 @@ def trace_spans(n: int) -> list[dict[str, Any]]:
     root = f"{n * 64:016x}"
     at = 1_700_000_000_000_000_000 + n * 10**9
     spans = [
-        span(trace, n * 64, "", "agent", at, openinference_span_kind="AGENT", input_value=json.dumps({"ticket": n}))
+        span(
+            trace,
+            n * 64,
+            "",
+            "agent",
+            at,
+            openinference_span_kind="AGENT",
+            input_value=json.dumps({"ticket": n}),
+        )
     ]
-    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Ticket {n}: the printer is on fire."}]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"Ticket {n}: the printer is on fire."}
+    ]
     for call in range(CALLS):
         start = at + (call + 1) * 10_000_000
         request = {"model": "gpt-4o-mini", "messages": messages[-4:], "temperature": 0}
@@ -70,7 +80,11 @@ def trace_spans(n: int) -> list[dict[str, Any]]:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {"prompt_tokens": 40 + call, "completion_tokens": 15, "total_tokens": 55 + call},
+            "usage": {
+                "prompt_tokens": 40 + call,
+                "completion_tokens": 15,
+                "total_tokens": 55 + call,
+            },
         }
         chain = n * 64 + 1 + call * 3
         if call:
@@ -116,7 +130,9 @@ def write_traces(path: Path, traces: int, per_line: int = 10) -> int:
         for first in range(0, traces, per_line):
             batch = [s for n in range(first, min(first + per_line, traces)) for s in trace_spans(n)]
             spans += len(batch)
-            request = {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "bench"}, "spans": batch}]}]}
+            request = {
+                "resourceSpans": [{"scopeSpans": [{"scope": {"name": "bench"}, "spans": batch}]}]
+            }
             file.write(json.dumps(request) + "\n")
     return spans
 
