@@ -3,10 +3,10 @@
 A thin skin over the library: each verb parses its arguments, calls one library function and
 prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`, `export`, `import`), the
 stored journal bytes (`dump`) or an indented text tree (`tree`). The command never runs
-workflow code. Failures are one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit
-code tells their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage,
-3 run or storage not found, 4 journal corrupt, 5 storage error or a stdout that cannot be
-written. See docs/cli.md.
+workflow code. Failures are one JSON line on stderr, `{"error": {"type": ..., "message":
+...}}`, and the exit code tells their kind: 0 ok, 1 another kassette error (e.g. a run that
+already ended), 2 usage, 3 run or storage not found, 4 journal corrupt, 5 storage error or a
+stdout that cannot be written. See docs/cli.md.
 
 Every verb but `import` reads existing runs (`fork` and `cancel` too), so a `file:` storage
 whose directory does not exist is an error, not an empty store: most likely a wrong path or
