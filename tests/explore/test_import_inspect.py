@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inspect_ai.log import read_eval_log
+from inspect_ai.log import read_eval_log, write_eval_log
 from openai import OpenAI
 
 from kassette import LocalStorage, kassette
@@ -134,3 +134,15 @@ def test_importing_a_log_again_writes_nothing_and_a_bad_log_is_a_clear_error(
     bad.write_bytes(eval_log.read_bytes()[:100])
     with pytest.raises(ValueError, match=r"broken\.eval"):
         kx.import_inspect(bad, storage)
+
+
+def test_a_json_log_imports_as_the_same_runs(eval_log: Path, tmp_path: Path) -> None:
+    as_json = tmp_path / "log.json"
+    write_eval_log(read_eval_log(str(eval_log)), str(as_json), format="json")
+    from_eval = kx.import_inspect(eval_log, tmp_path / "a")
+    from_json = kx.import_inspect(as_json, tmp_path / "b")
+    assert from_json.run_ids == from_eval.run_ids
+    for run_id in from_eval.run_ids:
+        a = (tmp_path / "a" / f"{run_id}.jsonl").read_text().splitlines()[1:]
+        b = (tmp_path / "b" / f"{run_id}.jsonl").read_text().splitlines()[1:]
+        assert a == b
