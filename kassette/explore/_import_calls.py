@@ -20,7 +20,7 @@ from typing import Any
 
 from kassette._llm_calls import LLMCall, read_llm_result, response_from_text
 
-__all__ = ["METHODS", "Message", "SourceCall", "ToolCall", "rebuild"]
+__all__ = ["METHODS", "Message", "SourceCall", "ToolCall", "fill_tool_call_ids", "rebuild"]
 
 _CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
 METHODS = {  # what journaled() journals, per provider
@@ -281,3 +281,57 @@ def _arguments_json(arguments: Any) -> Any:
         except ValueError:
             return arguments
     return arguments
+
+
+# -- tool call ids a rebuilt answer lacks ------------------------------------------------------
+
+
+def fill_tool_call_ids(response: Any, provider: str, method: str, request: Any) -> None:
+    """Give a rebuilt answer's tool calls that have no id the ids the next request of the run
+    passes back (its last assistant turn's tool calls, in order): the code that replays the
+    answer passes them back the same way, so the next request matches. Left as they are when
+    the next request holds no such turn or another number of calls."""
+    if not isinstance(response, dict) or not isinstance(request, dict):
+        return
+    if provider == "anthropic":
+        blocks = [b for b in response.get("content") or [] if b.get("type") == "tool_use"]
+        given = _last_turn_ids(request.get("messages"), "content", "tool_use", "id")
+        slots = [(block, "id") for block in blocks]
+    elif method == _RESPONSES:
+        items = [i for i in response.get("output") or [] if i.get("type") == "function_call"]
+        sent = request.get("input")
+        inputs: list[Any] = sent if isinstance(sent, list) else []
+        given = [
+            item.get("call_id")
+            for item in inputs
+            if isinstance(item, dict) and item.get("type") == "function_call"
+        ]
+        given = given[-len(items) :] if items else []
+        slots = [(item, "call_id") for item in items]
+    else:
+        choices = response.get("choices") or [{}]
+        calls = (choices[0].get("message") or {}).get("tool_calls") or []
+        given = _last_turn_ids(request.get("messages"), "tool_calls", None, "id")
+        slots = [(call, "id") for call in calls]
+    if len(given) != len(slots) or not all(isinstance(i, str) and i for i in given):
+        return
+    for (holder, key), found in zip(slots, given, strict=True):
+        if not holder.get(key):
+            holder[key] = found
+
+
+def _last_turn_ids(messages: Any, field: str, kind: str | None, key: str) -> list[Any]:
+    """The ids of the tool calls in the last assistant message that has some."""
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        found = message.get(field)
+        parts: list[Any] = found if isinstance(found, list) else []
+        calls = [
+            part.get(key)
+            for part in parts
+            if isinstance(part, dict) and (kind is None or part.get("type") == kind)
+        ]
+        if calls:
+            return calls
+    return []

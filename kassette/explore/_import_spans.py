@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kassette._llm_calls import read_llm_result
-from kassette.explore._import_calls import SourceCall, rebuild
+from kassette.explore._import_calls import SourceCall, fill_tool_call_ids, rebuild
 from kassette.explore._import_messages import source_call
 from kassette.explore._import_runs import ImportedRun, StepNames, StepNaming, timestamp_of
 
@@ -101,6 +101,7 @@ def run_of_trace(
 
 
 def _steps(run: ImportedRun, spans: list[Span], names: StepNames) -> None:
+    rebuilt: list[tuple[Any, str, str]] = []  # the last answer rebuilt: its tool call ids
     inside: set[str] = set()  # spans that are part of a step
     asked: list[tuple[Span, str]] = []  # tool calls the last model call asked for, unanswered
     for span in spans:  # past a missing part no step is journaled, but what is missing is said
@@ -124,9 +125,9 @@ def _steps(run: ImportedRun, spans: list[Span], names: StepNames) -> None:
             run.stopped = True
             return
         if kind == "kassette":
-            _kassette_step(run, span, names)
+            _kassette_step(run, span, names, rebuilt)
         elif kind == "model":
-            asked = _model_step(run, span, names)
+            asked = _model_step(run, span, names, rebuilt)
         else:
             name = _default_name(span, "tool")
             answered = next(
@@ -182,7 +183,9 @@ def _provider_method(span: Span) -> tuple[str, str]:
     return provider, "responses.create" if responses else "chat.completions.create"
 
 
-def _model_step(run: ImportedRun, span: Span, names: StepNames) -> list[tuple[Span, str]]:
+def _model_step(
+    run: ImportedRun, span: Span, names: StepNames, rebuilt: list[tuple[Any, str, str]]
+) -> list[tuple[Span, str]]:
     provider, method = _provider_method(span)
     name = names.name(method)
     step_id = names.next_id(name)
@@ -192,6 +195,7 @@ def _model_step(run: ImportedRun, span: Span, names: StepNames) -> list[tuple[Sp
         run.lacks(f"{span.describe()}, step {step_id}: {built}")
         return []
     request, response = built
+    _pass_back(rebuilt, call, request, response, provider, method)
     run.add_step(
         {
             "stepId": step_id,
@@ -203,6 +207,22 @@ def _model_step(run: ImportedRun, span: Span, names: StepNames) -> list[tuple[Sp
     )
     read = read_llm_result(response, {"provider": provider, "method": method})
     return [(span, str(c.get("name"))) for c in (read.tool_calls if read else [])]
+
+
+def _pass_back(
+    rebuilt: list[tuple[Any, str, str]],
+    call: SourceCall | str,
+    request: Any,
+    response: Any,
+    provider: str,
+    method: str,
+) -> None:
+    """Fill the last rebuilt answer's missing tool call ids from this request, which passes
+    them back; remember this answer if it was rebuilt (not the source's own response)."""
+    for answer, its_provider, its_method in rebuilt:
+        fill_tool_call_ids(answer, its_provider, its_method, request)
+    own = isinstance(call, SourceCall) and response is call.response
+    rebuilt[:] = [] if own else [(response, provider, method)]
 
 
 def _unanswered(run: ImportedRun, asked: list[tuple[Span, str]]) -> None:
@@ -226,7 +246,9 @@ def _tool_step(run: ImportedRun, span: Span, names: StepNames, tool: str) -> Non
     run.add_step({"stepId": step_id, "name": name, "result": result, **_timing(span)})
 
 
-def _kassette_step(run: ImportedRun, span: Span, names: StepNames) -> None:
+def _kassette_step(
+    run: ImportedRun, span: Span, names: StepNames, rebuilt: list[tuple[Any, str, str]]
+) -> None:
     attributes = span.attributes
     step_id = str(attributes.get("kassette.step_id") or span.name)
     names.given(step_id)
@@ -245,6 +267,7 @@ def _kassette_step(run: ImportedRun, span: Span, names: StepNames) -> None:
         if isinstance(built, str):
             run.lacks(f"{span.describe()}, step {step_id}: {built}")
             return
+        _pass_back(rebuilt, call, built[0], built[1], provider, method)
         step |= {
             "result": built[1],
             "call": {"provider": provider, "method": method, "request": built[0]},

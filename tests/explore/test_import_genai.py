@@ -193,3 +193,105 @@ def test_a_span_without_content_is_reported_not_guessed(tmp_path: Path) -> None:
     (missing,) = report.partial[f"otlp-{TRACE}"]
     assert "step chat.completions.create" in missing
     assert "messages were left out of the source (content not captured)" in missing
+
+
+def test_tool_call_ids_a_source_left_out_come_from_the_request_that_passes_them_back(
+    tmp_path: Path,
+) -> None:
+    """An answer rebuilt from `gen_ai.output.messages` whose tool call has no id gets the id
+    the next request passes back, so the code's next request, built from the replayed
+    answer, is the recorded one."""
+    tool = {"type": "function", "function": {"name": "fuse", "parameters": {"type": "object"}}}
+    ask = {"role": "user", "parts": [{"type": "text", "content": QUESTION}]}
+    called = {"type": "tool_call", "id": "call_7", "name": "fuse", "arguments": {"room": "k"}}
+
+    def model_span(number: int, messages: list[Any], output: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "traceId": TRACE,
+            "spanId": f"{number:016x}",
+            "parentSpanId": "1" * 16,
+            "name": "chat gpt-4o-mini",
+            "startTimeUnixNano": str(1700000000500000000 + number * 1000),
+            "endTimeUnixNano": str(1700000000500000500 + number * 1000),
+            "attributes": attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": "openai",
+                    "gen_ai.request.model": "gpt-4o-mini",
+                    "gen_ai.tool.definitions": json.dumps([tool]),
+                    "gen_ai.input.messages": json.dumps(messages),
+                    "gen_ai.output.messages": json.dumps([output]),
+                    "gen_ai.usage.input_tokens": 5,
+                    "gen_ai.usage.output_tokens": 5,
+                }
+            ),
+        }
+
+    first = model_span(2, [ask], {"role": "assistant", "parts": [{**called, "id": None}]})
+    tool_span = {
+        "traceId": TRACE,
+        "spanId": "3" * 16,
+        "parentSpanId": "1" * 16,
+        "name": "execute_tool fuse",
+        "startTimeUnixNano": "1700000000600000000",
+        "endTimeUnixNano": "1700000000600000001",
+        "attributes": attributes(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "fuse",
+                "gen_ai.tool.call.result": json.dumps("kitchen"),
+            }
+        ),
+    }
+    passed_back = [
+        ask,
+        {"role": "assistant", "parts": [called]},
+        {
+            "role": "tool",
+            "parts": [{"type": "tool_call_response", "id": "call_7", "response": "kitchen"}],
+        },
+    ]
+    answer = {"role": "assistant", "parts": [{"type": "text", "content": "The kitchen fuse."}]}
+    second = model_span(4, passed_back, answer)
+    second["startTimeUnixNano"] = "1700000000700000000"
+    second["endTimeUnixNano"] = "1700000000800000000"
+    path = trace_file(tmp_path / "t.jsonl", first)
+    request = json.loads(path.read_text())
+    request["resourceSpans"][0]["scopeSpans"][0]["spans"] += [tool_span, second]
+    path.write_text(json.dumps(request) + "\n")
+    storage = LocalStorage(tmp_path / "store")
+    report = kx.import_otlp(path, storage)
+    assert report.partial == {}
+    with fake_model_server() as server:
+
+        @kassette(storage=storage)
+        def agent(ctx: Any, task: dict[str, str]) -> str:
+            gpt = journaled_openai(OpenAI(base_url=server.openai_base_url, api_key="k"), ctx)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
+            reply = gpt.chat.completions.create(
+                model="gpt-4o-mini", messages=messages, tools=[tool]
+            )
+            (call,) = reply.choices[0].message.tool_calls or []
+            room = ctx.step("fuse", lambda: "kitchen")
+            messages += [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": "fuse", "arguments": call.function.arguments},
+                        }
+                    ],
+                },
+                {"role": "tool", "content": room, "tool_call_id": call.id},
+            ]
+            reply = gpt.chat.completions.create(
+                model="gpt-4o-mini", messages=messages, tools=[tool]
+            )
+            return str(reply.choices[0].message.content)
+
+        result = agent.start({"question": QUESTION}, run_id=report.run_ids[0])
+        assert result.status == "success" and result.result == "The kitchen fuse."
+        assert server.request_count == 0
