@@ -13,9 +13,10 @@ exporter does; it prints each task's answer (or error) as a JSON line.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 TOOLS = [
@@ -36,6 +37,21 @@ CHAT_MODEL = "gpt-4o-mini"
 CLAUDE = "claude-sonnet-4-5"
 
 Tool = Callable[[str, Callable[[], Any]], Any]
+
+
+@contextlib.contextmanager
+def sdk_clients(server: Any) -> Iterator[tuple[Any, Any]]:
+    """The real OpenAI and Anthropic clients on the model server, closed at the end."""
+    import anthropic
+    import openai
+
+    with (
+        openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as gpt,
+        anthropic.Anthropic(
+            base_url=server.anthropic_base_url, api_key="unused", max_retries=0
+        ) as claude,
+    ):
+        yield gpt, claude
 
 
 def get_weather(city: str, fail_city: str | None = None) -> dict[str, Any]:

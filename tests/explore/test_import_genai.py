@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic import Anthropic
-from openai import OpenAI
 
 from kassette import LocalStorage, kassette
 from kassette import explore as kx
 from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
 from kassette.testing import fake_model_server
+from tests.explore.import_support import sdk_clients
 
 TRACE = "5" * 32
 QUESTION = "Which fuse blew?"
@@ -145,12 +144,12 @@ def test_genai_model_spans_replay_in_the_sdk_with_zero_requests(form: str, tmp_p
             6,
         )
         assert call["finish_reason"] == "stop"
-    with fake_model_server() as server:
+    with fake_model_server() as server, sdk_clients(server) as (sdk_gpt, sdk_claude):
 
         @kassette(storage=storage)
         def ask(ctx: Any, task: dict[str, str]) -> str:
             if form == "current-openai":
-                gpt = journaled_openai(OpenAI(base_url=server.openai_base_url, api_key="k"), ctx)
+                gpt = journaled_openai(sdk_gpt, ctx)
                 reply = gpt.chat.completions.create(
                     model="gpt-4o-mini",
                     messages=[
@@ -161,9 +160,7 @@ def test_genai_model_spans_replay_in_the_sdk_with_zero_requests(form: str, tmp_p
                     seed=7,
                 )
                 return str(reply.choices[0].message.content)
-            claude = journaled_anthropic(
-                Anthropic(base_url=server.anthropic_base_url, api_key="k"), ctx
-            )
+            claude = journaled_anthropic(sdk_claude, ctx)
             message = claude.messages.create(
                 model="claude-sonnet-4-5",
                 max_tokens=100,
@@ -262,11 +259,11 @@ def test_tool_call_ids_a_source_left_out_come_from_the_request_that_passes_them_
     storage = LocalStorage(tmp_path / "store")
     report = kx.import_otlp(path, storage)
     assert report.partial == {}
-    with fake_model_server() as server:
+    with fake_model_server() as server, sdk_clients(server) as (sdk_gpt, _claude):
 
         @kassette(storage=storage)
         def agent(ctx: Any, task: dict[str, str]) -> str:
-            gpt = journaled_openai(OpenAI(base_url=server.openai_base_url, api_key="k"), ctx)
+            gpt = journaled_openai(sdk_gpt, ctx)
             messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
             reply = gpt.chat.completions.create(
                 model="gpt-4o-mini", messages=messages, tools=[tool]

@@ -85,11 +85,14 @@ def test_an_imported_sample_replays_in_an_openai_agent_with_zero_requests(
     schema = add.parameters.model_dump(mode="json", exclude_none=True)
     function = {"name": add.name, "description": add.description, "parameters": schema}
     tools = [{"type": "function", "function": function}]
-    with fake_model_server() as server:
+    with (
+        fake_model_server() as server,
+        OpenAI(base_url=server.openai_base_url, api_key="unused") as sdk,
+    ):
 
         @kassette(storage=storage)
         def solver(ctx: Any, question: str) -> str:
-            client = journaled(OpenAI(base_url=server.openai_base_url, api_key="unused"), ctx)
+            client = journaled(sdk, ctx)
             messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
             while True:
                 reply = client.chat.completions.create(

@@ -20,7 +20,7 @@ from kassette.errors import InputMismatchError, ReplayMismatchError
 from kassette.integrations import anthropic as journaled_anthropic
 from kassette.integrations import openai as journaled_openai
 from kassette.testing import FakeModelServer, fake_model_server
-from tests.explore.import_support import CHAT_MODEL, agent
+from tests.explore.import_support import CHAT_MODEL, agent, sdk_clients
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = [{"city": "Paris"}, {"city": "Lima"}, {"city": "Oslo", "fail": "Oslo"}]
@@ -46,17 +46,13 @@ def produce(server: FakeModelServer, out: Path, tasks: list[dict[str, Any]]) -> 
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-def replayer(storage: LocalStorage, server: FakeModelServer) -> Any:
+def replayer(storage: LocalStorage, clients: tuple[OpenAI, Anthropic]) -> Any:
     """The same agent code as a kassette workflow: clients journaled, the tool a step."""
 
     @kassette(storage=storage)
     def weather(ctx: Any, task: dict[str, Any]) -> str:
-        openai_client = journaled_openai.journaled(
-            OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0), ctx
-        )
-        anthropic_client = journaled_anthropic.journaled(
-            Anthropic(base_url=server.anthropic_base_url, api_key="unused", max_retries=0), ctx
-        )
+        openai_client = journaled_openai.journaled(clients[0], ctx)
+        anthropic_client = journaled_anthropic.journaled(clients[1], ctx)
         return agent(openai_client, anthropic_client, ctx.step, task)
 
     return weather
@@ -108,8 +104,8 @@ def test_the_same_agent_code_replays_imported_runs_with_zero_requests(
     traces, answers = production
     storage = LocalStorage(tmp_path / "store")
     report = kx.import_otlp(traces, storage)
-    with fake_model_server() as server:
-        weather = replayer(storage, server)
+    with fake_model_server() as server, sdk_clients(server) as clients:
+        weather = replayer(storage, clients)
         for run_id, task, answer in zip(report.run_ids[:2], TASKS[:2], answers[:2], strict=True):
             result = weather.start(task, run_id=run_id)
             assert result.status == "success"
@@ -127,17 +123,15 @@ def test_a_changed_request_stops_the_replay_naming_the_step(
     traces, _answers = production
     storage = LocalStorage(tmp_path / "store")
     report = kx.import_otlp(traces, storage)
-    with fake_model_server() as server:
-        weather = replayer(storage, server)
+    with fake_model_server() as server, sdk_clients(server) as clients:
+        weather = replayer(storage, clients)
         changed = {"city": "Paris", "extra": 1}
         with pytest.raises(InputMismatchError):  # another input: the run was another task's
             weather.start(changed, run_id=report.run_ids[0])
 
         @kassette(storage=storage)
         def colder(ctx: Any, task: dict[str, Any]) -> Any:
-            client = journaled_openai.journaled(
-                OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0), ctx
-            )
+            client = journaled_openai.journaled(clients[0], ctx)
             return client.chat.completions.create(
                 model=CHAT_MODEL, messages=[{"role": "user", "content": "hi"}], temperature=0
             ).id

@@ -14,20 +14,17 @@ from kassette import LocalStorage, Storage, kassette
 from kassette import explore as kx
 from kassette.integrations import anthropic as journaled_anthropic
 from kassette.integrations import openai as journaled_openai
-from kassette.testing import FakeModelServer, fake_model_server
+from kassette.testing import fake_model_server
+from tests.explore.import_support import sdk_clients
 
 TASKS = {"plan-a": "a cheap trip to Lisbon", "plan-b": "moving a piano", "plan-c": "tax forms"}
 
 
-def planner(storage: Storage, server: FakeModelServer) -> Any:
+def planner(storage: Storage, clients: tuple[OpenAI, Anthropic]) -> Any:
     @kassette(storage=storage, version="planner-v1")
     def plan(ctx: Any, task: str) -> dict[str, Any]:
-        gpt = journaled_openai.journaled(
-            OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0), ctx
-        )
-        claude = journaled_anthropic.journaled(
-            Anthropic(base_url=server.anthropic_base_url, api_key="unused", max_retries=0), ctx
-        )
+        gpt = journaled_openai.journaled(clients[0], ctx)
+        claude = journaled_anthropic.journaled(clients[1], ctx)
         outline = ctx.step("outline", lambda: {"task": task, "parts": 3})
         draft = gpt.chat.completions.create(
             model="gpt-4o-mini",
@@ -50,9 +47,9 @@ def planner(storage: Storage, server: FakeModelServer) -> Any:
     return plan
 
 
-def make_store(path: Path, server: FakeModelServer) -> LocalStorage:
+def make_store(path: Path, clients: tuple[OpenAI, Anthropic]) -> LocalStorage:
     storage = LocalStorage(path)
-    plan = planner(storage, server)
+    plan = planner(storage, clients)
     for run_id, task in TASKS.items():
         assert plan.start(task, run_id=run_id).status == "success"
     return storage
@@ -73,8 +70,8 @@ def requests_of(journals: kx.Journals) -> dict[tuple[str, str], Any]:
 
 
 def test_a_store_exported_as_otlp_and_imported_is_the_same_runs(tmp_path: Path) -> None:
-    with fake_model_server() as server:
-        original = make_store(tmp_path / "original", server)
+    with fake_model_server() as server, sdk_clients(server) as clients:
+        original = make_store(tmp_path / "original", clients)
         traces = write_traces(original, tmp_path / "out", include_content=True)
         imported = LocalStorage(tmp_path / "imported")
         report = kx.import_otlp(traces, imported)
@@ -94,7 +91,7 @@ def test_a_store_exported_as_otlp_and_imported_is_the_same_runs(tmp_path: Path) 
         assert set(steps["step_id"]) == {"outline", "chat.completions.create", "messages.create"}
 
         sent = server.request_count
-        plan = planner(imported, server)  # the same code, another version word: any replays
+        plan = planner(imported, clients)  # the same code, another version word: any replays
         for run_id, task in TASKS.items():
             result = plan.start(task, run_id=run_id)
             assert result.status == "success"
@@ -107,8 +104,8 @@ def test_a_store_exported_as_otlp_and_imported_is_the_same_runs(tmp_path: Path) 
 def test_traces_without_content_import_as_partial_runs_saying_what_is_missing(
     tmp_path: Path,
 ) -> None:
-    with fake_model_server() as server:
-        original = make_store(tmp_path / "original", server)
+    with fake_model_server() as server, sdk_clients(server) as clients:
+        original = make_store(tmp_path / "original", clients)
     out = tmp_path / "out"
     kx.export(original, out, format="otlp")  # content left out, as by default
     imported = LocalStorage(tmp_path / "imported")
