@@ -52,12 +52,15 @@ __all__ = [
     "VOLATILE_FIELDS",
     "LLMCall",
     "TokenUsage",
+    "comparable_request",
     "describe_response",
     "read_llm_call",
     "read_llm_result",
     "response_from_text",
     "response_method",
     "same_response_shape",
+    "text_of_content",
+    "tool_arguments",
 ]
 
 PROVIDERS = ("openai", "anthropic")
@@ -84,6 +87,12 @@ VOLATILE_FIELDS = frozenset(
 )
 """Fields of a response that differ between two calls that gave the same answer: ids,
 timestamps, the serving machine, usage, timings. `LLMCall.comparable()` leaves them out."""
+
+VOLATILE_REQUEST_FIELDS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id"})
+"""Fields of a request that the provider assigned afresh on each call (the ids of earlier tool
+calls and items the conversation hands back): two requests that differ only there ask the same.
+`comparable_request()` leaves them out."""
+_CONVERSATION_FIELDS = ("messages", "input", "system")  # a request's turns: where the ids are
 
 # What each provider's finish reason means in `FINISH_REASONS`' words.
 _FINISH = {
@@ -192,6 +201,41 @@ class LLMCall:
     def _read(self) -> _Read:
         # the whole response read once, when a field that needs more than its usage is asked
         return _READERS[self.shape](self.result) if self.shape is not None else _Read()
+
+
+def comparable_request(request: Any) -> Any:
+    """A request without `VOLATILE_REQUEST_FIELDS` (at any depth, but never inside a tool's
+    arguments or a tool use's input): two requests that ask the same compare equal."""
+    if not isinstance(request, dict):
+        return request
+    return {
+        key: _without_ids(item) if key in _CONVERSATION_FIELDS else item
+        for key, item in request.items()
+        if key != "previous_response_id"
+    }
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: item if key in _OPAQUE else _without_ids(item)
+            for key, item in value.items()
+            if key not in VOLATILE_REQUEST_FIELDS
+        }
+    if isinstance(value, list):
+        return [_without_ids(item) for item in value]
+    return value
+
+
+def text_of_content(content: Any) -> str:
+    """A message's content as text: a string, or its text parts (`text`, `input_text`,
+    `output_text`) joined by newlines; the one reading of a request message's text."""
+    return _content_text(content, "\n")
+
+
+def tool_arguments(arguments: Any) -> Any:
+    """A tool call's arguments: decoded when they are JSON text, else as given."""
+    return _decoded(arguments)
 
 
 def read_llm_call(entry: Mapping[str, Any]) -> LLMCall | None:

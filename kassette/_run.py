@@ -36,6 +36,7 @@ from kassette._codec import (
 from kassette._codec import new_run_id as fresh_run_id  # `new_run_id` names a fork's parameter
 from kassette._fork import NO_RESULT, ForkPlan, plan_fork
 from kassette._journal import Journal, StepIds
+from kassette._listeners import listening, notify_appended, notify_closed
 from kassette._sessions import (
     before_step_check,
     cancel_run,
@@ -174,6 +175,10 @@ class Run:
         self._recorded = list(journal.steps)  # step ids, in the order they were journaled
         self._replayed: set[str] = set()
         self.before_step = before_step_check()  # see `checking_before_steps`
+        if listening():  # the session's `start` (and a fork's edited entry), written already
+            for entry in journal.entries:
+                if entry["session"] == self.session:
+                    notify_appended(self.run_id, entry)
 
     @property
     def metadata(self) -> Any:
@@ -194,6 +199,8 @@ class Run:
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.__exit__(None, None, None)
+            if listening():
+                notify_closed(self.run_id, self.session)
 
     @property
     def replaying(self) -> bool:
@@ -415,6 +422,8 @@ class Run:
             deferred[1].append(queued)  # the caller writes it (`_write`) before reporting it
         else:
             self._commits.wait(queued)
+            if listening():
+                notify_appended(self.run_id, queued.entry)
         return queued.entry
 
     @contextmanager
@@ -434,6 +443,9 @@ class Run:
         """Return once every entry in `pending` is written (a group commit, see `GroupCommit`)."""
         for queued in pending:
             self._commits.wait(queued)
+        if listening():
+            for queued in pending:
+                notify_appended(self.run_id, queued.entry)
 
 
 _UNSET: Any = object()  # `open_run(metadata=)` not given

@@ -17,6 +17,7 @@ from kassette._clock import Clock
 from kassette._codec import Entry, check_entry, encode
 from kassette._fork import NO_RESULT
 from kassette._journal import Journal, StepIds
+from kassette._listeners import Listener, add_listener, remove_listener
 from kassette._llm_calls import LLMCall, TokenUsage, read_llm_call, response_from_text
 from kassette._public import publish as _publish
 from kassette._run import Run, Step, fork_run, open_fork, open_run, read_journal, run_status
@@ -30,11 +31,13 @@ __all__ = [
     "Entry",
     "Journal",
     "LLMCall",
+    "Listener",
     "Run",
     "RunState",
     "Step",
     "StepIds",
     "TokenUsage",
+    "add_listener",
     "cancel_run",
     "check_entry",
     "checking_before_steps",
@@ -48,6 +51,7 @@ __all__ = [
     "read_llm_call",
     "reduce_entry",
     "reduce_run",
+    "remove_listener",
     "response_from_text",
     "run_status",
 ]

@@ -74,6 +74,8 @@ def test_the_layers_only_import_downward() -> None:
             "_timestamps",
             "_json_diff",
             "_public",
+            "_listeners",
+            "_extras",
         },
         {"_codec", "_retry", "storage", "_model_usage"},
         {"_llm_calls"},
@@ -111,12 +113,14 @@ _PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make"}
 
 
 def private_reaches() -> list[str]:
-    """Every `x._name` in the package where `x` is not `self` or `cls` and `_name` is not
-    defined in the same module: a module using another one's private parts."""
+    """Every `x._name` in the package where `x` is not `self` or `cls` and either `x` was
+    imported from another module (whatever this module defines under the same name: a local
+    function called `_append` does not make `Run._append` its own) or `_name` is not defined
+    in the same module: a module using another one's private parts."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        own = set()
+        own, imported = set(), set()
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 own.add(node.name)
@@ -126,13 +130,19 @@ def private_reaches() -> list[str]:
                 and node.value.id in ("self", "cls")
             ):
                 own.add(node.attr)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                imported |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Attribute)
                 and node.attr.startswith("_")
                 and not node.attr.startswith("__")
-                and node.attr not in own | _PUBLIC_UNDERSCORED
+                and node.attr not in _PUBLIC_UNDERSCORED
                 and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                and (
+                    node.attr not in own
+                    or (isinstance(node.value, ast.Name) and node.value.id in imported)
+                )
             ):
                 where = path.relative_to(ROOT)
                 found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
@@ -151,3 +161,22 @@ def test_the_private_attribute_check_sees_a_reach(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert private_reaches() == ["kassette/b.py:2: a._hidden"]
+
+
+def test_the_private_attribute_check_sees_a_reach_behind_a_local_namesake(
+    tmp_path: Path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """What `instrument()` once did: replace `Run._append` from a module that defines a
+    function of its own named `_append`."""
+    package = tmp_path / "kassette"
+    package.mkdir()
+    (package / "a.py").write_text("class Run:\n    def _append(self):\n        return 1\n")
+    (package / "b.py").write_text(
+        "from kassette.a import Run\n\n"
+        "def _append(self):\n    return 2\n\n"
+        "def patch():\n    Run._append = _append\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert private_reaches() == ["kassette/b.py:7: Run._append"]

@@ -1,11 +1,13 @@
 """Answers: how a comparison shows a model call, as the text a person reads.
 
-A model-call step (read by `kassette._llm_calls`) is shown as its response text, then a line
-per tool call; above it, the request parameters that differ from the baseline's
-(`temperature 0.7 → 1.3`). Two answers are the same when their responses are, but for the
-fields that differ between two calls that gave the same answer (`VOLATILE_FIELDS`: response
-ids, `created`, `system_fingerprint`, usage, timings). Two texts are diffed word by word, with
-long unchanged runs shortened to a few words each side.
+A model-call step (read by `kassette._llm_calls`) is shown as its response text exactly as
+the model gave it, then a line per tool call; the request parameters that differ from the
+baseline's (`temperature 0.7 → 1.3`) are told apart, never written into the text. Two answers
+are the same when their responses are, but for the fields that differ between two calls that
+gave the same answer (`VOLATILE_FIELDS`: response and tool-call ids, `created`,
+`system_fingerprint`, usage, timings); two requests, but for the ids of earlier tool calls
+they hand back (`comparable_request`). Two texts are diffed word by word, with long unchanged
+runs shortened to a few words each side.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kassette._json_diff import ABSENT, first_difference
-from kassette._llm_calls import LLMCall, read_llm_result
+from kassette._llm_calls import LLMCall, comparable_request, read_llm_result
 
 __all__ = ["ELIDED", "Answer", "answer_of", "request_changes", "word_diff"]
 
@@ -62,9 +64,11 @@ def _text(call: LLMCall) -> str:
 def request_changes(baseline: dict[str, Any] | None, request: dict[str, Any] | None) -> list[str]:
     """One line per top-level request parameter that differs from the baseline's:
     `temperature 0.7 → 1.3`; inside a list or object, the first differing path
-    (`messages[1].content "Write a haiku" → "Write a limerick"`)."""
+    (`messages[1].content "Write a haiku" → "Write a limerick"`). Ids the provider assigned
+    (a tool call's, handed back in the conversation) are no change."""
     if baseline is None or request is None or baseline == request:
         return []
+    baseline, request = comparable_request(baseline), comparable_request(request)
     lines = []
     for name in [*baseline, *(key for key in request if key not in baseline)]:
         found = first_difference(

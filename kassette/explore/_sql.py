@@ -12,12 +12,12 @@ from typing import Any, Protocol
 import pandas as pd
 import pyarrow as pa
 
+from kassette._extras import requires
 from kassette.errors import InvalidArgumentError
 
 __all__ = ["TABLES", "sql"]
 
 TABLES = ("runs", "entries", "llm_calls")
-_HINT = 'journals.sql needs duckdb: pip install "kassette[explore]"'
 
 
 class Tables(Protocol):
@@ -28,10 +28,8 @@ class Tables(Protocol):
 
 def sql(journals: Tables, query: str) -> pd.DataFrame:
     """The result of `query` (DuckDB SQL over `runs`, `entries` and `llm_calls`) as a frame."""
-    try:
+    with requires("journals.sql"):
         import duckdb
-    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} ({exc})") from exc
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgumentError("sql needs a query")
     connection = duckdb.connect(":memory:")

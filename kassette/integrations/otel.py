@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from kassette._codec import to_json
-from kassette.core import Run
+from kassette._extras import requires
+from kassette.core import Listener, add_listener, remove_listener
 from kassette.errors import InvalidArgumentError
 
-_HINT = 'kassette.integrations.otel needs the OpenTelemetry SDK: pip install "kassette[otel]"'
-
-try:
+with requires("kassette.integrations.otel"):
     from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
@@ -43,8 +42,6 @@ try:
         StatusCode,
         TraceFlags,
     )
-except ImportError as exc:  # pragma: no cover - exercised in an environment without the extra
-    raise ImportError(f"{_HINT} ({exc})") from exc
 
 
 __all__ = ["instrument", "uninstrument"]
@@ -57,7 +54,7 @@ _STATUS = {1: StatusCode.OK, 2: StatusCode.ERROR}
 _KIND = {3: SpanKind.CLIENT}
 
 
-class _Emitter:
+class _Emitter(Listener):
     """The rows of each open session of this process, and where their spans go."""
 
     def __init__(self, provider: TracerProvider, include_content: bool) -> None:
@@ -74,17 +71,31 @@ class _Emitter:
         self.sessions: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.lock = threading.Lock()
 
-    def entry(self, run_id: str, entry: dict[str, Any]) -> None:
+    def appended(self, run_id: str, entry: Mapping[str, Any]) -> None:
+        try:
+            self.entry(run_id, entry)
+        except Exception:  # a viewer's trouble never fails the workflow
+            _log.exception("kassette: could not emit the span of %s", run_id)
+
+    def closed(self, run_id: str, session: int) -> None:
+        with self.lock:  # a session that ended without a final entry (a crash, a fence)
+            self.sessions.pop((run_id, session), None)
+
+    def entry(self, run_id: str, entry: Mapping[str, Any]) -> None:
         key = (run_id, int(entry["session"]))
         kind = entry["type"]
         ended = kind in _ENDS_SESSION
+        step = kind == "step" and entry.get("kind") != "parallel"
+        row = _row(run_id, entry)
         with self.lock:
             rows = self.sessions.setdefault(key, [])
-            rows.append(_row(run_id, entry))
+            if not step:
+                rows.append(row)  # what the session's own spans need when it ends
             if ended:
                 del self.sessions[key]
-            snapshot = list(rows)
-        step = kind == "step" and entry.get("kind") != "parallel"
+            # a step's span needs its session's start and the blocks it may sit in, not every
+            # step before it: linear in the steps
+            snapshot = list(rows) if ended else [*rows, row]
         if not (step or ended):
             return
         for span in _spans(run_id, snapshot, kind, self.include_content):
@@ -181,7 +192,7 @@ def _spans(
     return list(found["resourceSpans"][0]["scopeSpans"][0].get("spans", []))
 
 
-_ACTIVE: dict[str, Any] = {}
+_ACTIVE: dict[str, _Emitter] = {}
 
 
 def instrument(tracer_provider: Any = None, *, include_content: bool = False) -> None:
@@ -193,32 +204,19 @@ def instrument(tracer_provider: Any = None, *, include_content: bool = False) ->
             "instrument needs an OpenTelemetry SDK TracerProvider (opentelemetry.sdk.trace), "
             f"not {provider!r}: set one with trace.set_tracer_provider or pass it"
         )
-    emitter = _Emitter(provider, include_content)
-    if "original" not in _ACTIVE:
-        _ACTIVE["original"] = Run._append
-    original = _ACTIVE["original"]
-
-    def _append(self: Run, kind: str, fields: dict[str, Any], raw: Any = None) -> Any:
-        entry = original(self, kind, fields, raw)
-        try:
-            _ACTIVE["emitter"].entry(self.run_id, entry)
-        except Exception:  # a viewer's trouble never fails the workflow
-            _log.exception("kassette: could not emit the span of %s", self.run_id)
-        return entry
-
-    _ACTIVE["emitter"] = emitter
-    Run._append = _append  # type: ignore[method-assign]
+    uninstrument()
+    _ACTIVE["emitter"] = emitter = _Emitter(provider, include_content)
+    add_listener(emitter)
 
 
 def uninstrument() -> None:
     """Stop emitting spans (runs already open stop too)."""
-    original = _ACTIVE.pop("original", None)
-    _ACTIVE.pop("emitter", None)
-    if original is not None:
-        Run._append = original  # type: ignore[method-assign]
+    emitter = _ACTIVE.pop("emitter", None)
+    if emitter is not None:
+        remove_listener(emitter)
 
 
-def _row(run_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _row(run_id: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """An entry as a row of `Journals.entries` (what the OTLP mapping reads)."""
     kind = entry["type"]
     step_id = entry.get("stepId") or entry.get("eventId")

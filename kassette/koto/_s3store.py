@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from kassette._extras import requires
 from kassette.koto._config import Config
 from kassette.storage import S3Storage
 
@@ -28,12 +29,8 @@ def open_s3_storage(config: Config, bucket: str) -> S3Storage:
 
 
 def _client(config: Config) -> S3Client:
-    try:
+    with requires("the s3 session backend"):
         import boto3
-    except ImportError as exc:
-        raise ImportError(
-            'the s3 session backend needs boto3, which is not installed: pip install "kassette[s3]"'
-        ) from exc
     arguments: dict[str, Any] = {}
     if config.get("session.s3.endpoint"):
         arguments["endpoint_url"] = config.get("session.s3.endpoint")

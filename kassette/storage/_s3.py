@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from kassette._extras import requires
 from kassette.errors import (
     ConflictError,
     InvalidArgumentError,
@@ -413,12 +414,8 @@ def _per_key_error(failure: ErrorTypeDef) -> ClientError:
 
 
 def _default_client(**settings: Any) -> S3Client:
-    try:
+    with requires("S3Storage"):
         import boto3
-    except ImportError as exc:
-        raise ImportError(
-            'S3Storage needs boto3, which is not installed: pip install "kassette[s3]"'
-        ) from exc
     return boto3.client("s3", **settings)
 
 

@@ -100,7 +100,7 @@ branches = [f"draft.t{branch:02d}" for branch in range(BRANCHES)]
 for branch, run_id in enumerate(branches):
     journal(run_id, branch, round(0.3 + branch * 0.1, 1))
 journals = kx.load(storage)
-wide = kx.CompareView(journals, ["draft", *branches])
+wide = kx.CompareView(journals, ["draft", *branches], compact=False)
 wide""".replace("BRANCHES", str(ANSWER_BRANCHES)),
         "ten = kx.CompareView(journals, branches[:10])\nten",
     ]
@@ -175,6 +175,147 @@ def test_compare_view_shows_20_model_call_answers_whole(lab: Lab, tmp_path: Path
         assert sideways <= width, (sideways, width)  # 10 branches fit in 1,280 px
         assert ten.evaluate(CLIPPED) == []
         ten.screenshot(path=tmp_path / "compare-10-answers-columns.png")
+    finally:
+        lab.page.evaluate("window.jupyterapp.shell.expandLeft()")
+        lab.page.set_viewport_size({"width": 1400, "height": 1000})
+    print(f"screenshots: {tmp_path}")
+
+
+AGENT_NOTEBOOK = "agent.ipynb"
+AGENT_JOURNALS = "agent-journals"
+KERNEL_PRINT = """async ([id, code]) => {
+  const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.id === id);
+  const future = panel.sessionContext.session.kernel.requestExecute({ code });
+  let out = "";
+  future.onIOPub = (msg) => {
+    if (msg.header.msg_type === "stream") out += msg.content.text;
+    if (msg.header.msg_type === "error") out += `${msg.content.ename}: ${msg.content.evalue}`;
+  };
+  await future.done;
+  return out;
+}"""
+BOTTOM_RIGHT = """view => {
+  const rows = [...view.querySelectorAll('.kx-by-rows tbody tr')];
+  const heads = [...view.querySelectorAll('.kx-by-rows thead th')];
+  return [Math.max(...rows.map(r => r.getBoundingClientRect().bottom)),
+          Math.max(...heads.map(t => t.getBoundingClientRect().right))];
+}"""
+
+
+def agent_notebook(lab: Lab) -> None:
+    """The agent of agent_support.py run on disk (the real SDKs against the fake model
+    server), and a notebook showing its 21 runs in a CompareView and the tree of them with a
+    tool branch's answering call open as a conversation."""
+    from agent_support import run_agent
+
+    from kassette import LocalStorage
+    from kassette.testing import fake_model_server
+
+    with fake_model_server(seed=0) as server:
+        branches = run_agent(LocalStorage(lab.root / AGENT_JOURNALS), server)
+    assert branches.frame.status.eq("success").all(), branches.frame
+    cells = [
+        f"""\
+from kassette import LocalStorage
+from kassette import explore as kx
+
+journals = kx.load(LocalStorage("{AGENT_JOURNALS}"))
+runs = sorted(journals.run_ids, key=lambda r: (r != "ticket", len(r), r))
+grid = kx.CompareView(journals, runs)
+grid""",
+        """\
+tree = kx.RunTree(journals, selected="ticket.draft.3")
+calls = journals.llm_calls
+answering = calls[(calls.run_id == "ticket.draft.3") & (calls.step_id == "draft#2")]
+tree.open_conversation(int(answering.offset.iloc[0]))
+tree""",
+    ]
+    write_notebook(lab.root / AGENT_NOTEBOOK, cells)
+
+
+def test_the_answer_grid_shows_20_agent_branches_with_different_tool_paths_on_one_screen(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """21 runs of plan -> draft (a tool loop in every third branch) -> critique, in a 1,280 x
+    900 window: one row per branch, draft and critique answers in one column each whatever
+    the path (the shared plan hidden), every row and both columns on the screen; "more"
+    opens an answer, the loop opens as a conversation, sorting and filtering reorder the
+    branches, and a keep mark and a note land in `view.marks` in the kernel."""
+    agent_notebook(lab)
+    lab.page.set_viewport_size({"width": 1280, "height": 900})
+    lab.page.evaluate("window.jupyterapp.shell.collapseLeft()")
+    try:
+        panel = lab.run(AGENT_NOTEBOOK)
+        no_widget_errors(lab, AGENT_NOTEBOOK, panel)
+        grid = panel.locator(".kassette-compare")
+        rows = grid.locator(".kx-by-rows tbody tr")
+        expect(rows).to_have_count(21)
+        expect(grid.locator("thead .kx-step-head")).to_have_text(["draft", "critique"])
+        plan = grid.locator(".kx-columns input[data-step='plan']")
+        expect(plan).not_to_be_checked()  # the shared prefix: alike in every branch, hidden
+        # every branch has its draft's answer in the draft column, a tool loop or not
+        drafts = rows.locator("td:nth-child(2) .kx-answer")
+        expect(drafts).to_have_count(21)
+        assert all(len(text.split()) > 20 for text in drafts.all_text_contents())
+        loops = grid.locator(".kx-open", has_text="search_runbook")
+        expect(loops).to_have_count(7)
+        grid.evaluate("view => view.scrollIntoView({block: 'start'})")
+        lab.page.screenshot(path=tmp_path / "answer-grid-20-branches-1280x900.png")
+        bottom, right = grid.evaluate(BOTTOM_RIGHT)
+        assert bottom <= 900 and right <= 1280, (bottom, right)  # 20 branches, one screen
+        lab.page.screenshot(path=tmp_path / "answer-grid-20-branches-1280x900.png")
+        first = rows.first.locator(".kx-answer").first
+        assert first.evaluate("box => box.scrollHeight > box.clientHeight")  # cut to two lines
+        rows.first.locator(".kx-more").first.click()
+        assert not first.evaluate("box => box.scrollHeight > box.clientHeight + 1")
+        tooled = grid.locator('tr[data-run="ticket.draft.3"]')
+        tooled.locator(".kx-open").first.click()
+        talk = grid.locator(".kx-talk .kx-conversation")
+        expect(talk.locator(".kx-call")).to_have_count(3)  # draft, search_runbook, draft#2
+        expect(talk.locator(".kx-msg-tool").first).to_contain_text("Runbook 4.2")
+        expect(talk.locator(".kx-msg-tool-call").first).to_contain_text("search_runbook(")
+        expect(talk.locator(".kx-cost").first).to_contain_text("$")
+        talk.locator(".kx-call").nth(2).scroll_into_view_if_needed()
+        grid.locator(".kx-talk").screenshot(
+            path=tmp_path / "answer-grid-tool-loop-conversation.png"
+        )
+        talk.locator(".kx-raw-toggle").first.click()
+        expect(talk.locator(".kx-raw").first).to_contain_text('"stepId": "draft"')
+        grid.locator(".kx-talk-close").click()
+        expect(grid.locator(".kx-talk .kx-call")).to_have_count(0)
+        # sort by temperature, highest first; keep only the hot ones
+        grid.locator(".kx-sort").select_option("param:temperature")
+        grid.locator("input.kx-descending").check()
+        expect(rows.first).to_have_attribute("data-run", "ticket.draft.19")
+        grid.locator(".kx-query").fill("temperature>1.4")
+        grid.locator(".kx-query").press("Enter")
+        expect(rows).to_have_count(5)
+        expect(grid.locator(".kx-query-note")).to_have_text("5 of 21 branches")
+        row = grid.locator('tr[data-run="ticket.draft.17"]')
+        row.locator("input.kx-keep").check()
+        row.locator("input.kx-note-input").fill("names the key id")
+        row.locator("input.kx-note-input").press("Enter")
+        expect(row.locator("th")).to_have_class(re.compile("kx-kept"))
+        grid.locator(".kx-columns input[data-step='critique']").uncheck()
+        expect(grid.locator("thead .kx-step-head")).to_have_text(["draft"])
+        said = lab.page.evaluate(
+            KERNEL_PRINT,
+            [lab.panels[AGENT_NOTEBOOK], "print(grid.marks.to_dict('index'))"],
+        )
+        assert "'ticket.draft.17': {'keep': True, 'note': 'names the key id'" in said, said
+        lab.page.screenshot(path=tmp_path / "answer-grid-sorted-filtered-marked.png")
+        # the tree's details: the answering call of the tool loop as a conversation
+        tree = panel.locator(".kassette-run-tree")
+        shown = tree.locator(".kx-conversation-panel")
+        expect(shown.locator(".kx-msg")).to_have_count(5)  # system, user, tool call, tool, answer
+        expect(shown.locator(".kx-msg-answer")).to_have_count(1)
+        expect(shown.locator(".kx-call-head")).to_contain_text("gpt-4o-mini")
+        expect(shown.locator(".kx-call-head")).to_contain_text("in ·")
+        expect(tree.locator(".kx-conversation-link")).to_have_count(4)  # plan, draft x2, critique
+        shown.scroll_into_view_if_needed()
+        tree.screenshot(path=tmp_path / "tree-details-conversation.png")
+        tree.locator(".kx-conversation-link").first.click()  # another call: the plan
+        expect(shown.locator(".kx-call-head")).to_contain_text("claude")
     finally:
         lab.page.evaluate("window.jupyterapp.shell.expandLeft()")
         lab.page.set_viewport_size({"width": 1400, "height": 1000})

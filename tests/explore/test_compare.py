@@ -274,14 +274,18 @@ def test_the_same_answer_with_other_ids_is_one_group_and_diverges_later() -> Non
     assert kx.compare(journals, ["a", "b"]).attrs["first_divergence"] is None
 
 
-def test_a_temperature_sweep_reads_its_change_above_the_answer() -> None:
+def test_a_temperature_sweep_keeps_the_answer_text_and_its_change_in_attrs() -> None:
     hotter = "The export failed because a lifecycle rule moved the files. It is fixed now."
     journals = model_runs(
         {"cool": (0.7, completion(1, FIRST), "posted"), "hot": (1.3, completion(2, hotter), "x")}
     )
     frame = kx.compare(journals, ["cool", "hot"])
     assert frame.loc[MODEL_STEP, "cool"] == FIRST
-    assert frame.loc[MODEL_STEP, "hot"] == f"temperature 0.7 → 1.3\n{hotter}"
+    assert frame.loc[MODEL_STEP, "hot"] == hotter  # as the model gave it: no notes
+    assert frame.attrs["request_changes"] == {
+        "cool": {MODEL_STEP: []},
+        "hot": {MODEL_STEP: ["temperature 0.7 → 1.3"]},
+    }
     assert frame.attrs["first_divergence"] == MODEL_STEP
     view = kx.CompareView(journals, ["cool", "hot"])
     assert view.notes["hot"] == [[], ["temperature 0.7 → 1.3"], []]
@@ -442,7 +446,8 @@ def test_a_temperature_fan_out_through_the_openai_sdk_compares_by_answer() -> No
     frame = branches.compare()
     answer = frame.loc[MODEL_STEP, "root"]
     assert answer == frame.loc[MODEL_STEP, same] and answer.count(".") >= 2
-    assert frame.loc[MODEL_STEP, hotter].startswith("temperature 0.7 → 1.3\n")
+    assert not frame.loc[MODEL_STEP, hotter].startswith("temperature")
+    assert frame.attrs["request_changes"][hotter][MODEL_STEP] == ["temperature 0.7 → 1.3"]
     view = kx.CompareView(kx.load(storage), ["root", same, hotter])
     assert view.groups == [["root", same], [hotter]]
     assert view.notes[hotter][0] == ["temperature 0.7 → 1.3"]

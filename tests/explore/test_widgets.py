@@ -469,7 +469,7 @@ def test_a_fork_whose_code_skips_a_copied_step_is_warned_of(scenario: Scenario) 
 @pytest.mark.parametrize("widget", [kx.RunTree, kx.CompareView], ids=lambda w: w.__name__)
 def test_each_widget_script_carries_the_shared_dom_helpers_once(widget: type) -> None:
     """anywidget loads one ES module per widget: dom.js is prepended to each, not copied."""
-    source = Path(__file__).parents[2] / "kassette" / "explore" / "widgets"
+    source = Path(__file__).parents[2] / "kassette" / "explore" / "_widgets"
     dom = (source / "dom.js").read_text(encoding="utf-8")
     script: str = widget._esm  # type: ignore[attr-defined]
     assert script.startswith(dom) and script.count("function h(") == 1

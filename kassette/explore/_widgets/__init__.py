@@ -8,14 +8,11 @@ The JavaScript and CSS ship as package data beside these modules: there is no bu
 
 from __future__ import annotations
 
-try:
+from kassette._extras import requires
+
+with requires("kassette.explore's widgets"):
     import anywidget  # noqa: F401
     import ipywidgets  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-    raise ImportError(
-        f'kassette.explore widgets need anywidget and ipywidgets: pip install "kassette[explore]"'
-        f" ({exc})"
-    ) from exc
 
 from kassette.explore._widgets._compare import CompareView
 from kassette.explore._widgets._fork import ForkExplorer

@@ -14,13 +14,15 @@ _HERE = Path(__file__).parent
 SHARED = ("dom.js",)  # prepended to every widget's script, in this order
 
 
-def esm(name: str) -> str:
-    """The ES module of the widget whose script is `name`: the shared helpers, then it."""
-    return "\n".join(_read(part) for part in (*SHARED, name))
+def esm(name: str, *parts: str) -> str:
+    """The ES module of the widget whose script is `name`: the shared helpers, the helper
+    scripts `parts` it uses too (conversation.js, say), then it."""
+    return "\n".join(_read(part) for part in (*SHARED, *parts, name))
 
 
-def css(name: str) -> str:
-    return _read(name)
+def css(name: str, *parts: str) -> str:
+    """The style sheet `name`, after those of the helper scripts `parts` it uses too."""
+    return "\n".join(_read(part) for part in (*parts, name))
 
 
 def _read(name: str) -> str:

@@ -19,7 +19,9 @@ import pyarrow as pa
 import traitlets
 
 from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore._answers import answer_of
 from kassette.explore._branches import Branches
+from kassette.explore._conversation import call_view
 from kassette.explore._frames import Journals
 from kassette.explore._lineage import lineage
 from kassette.explore._widgets._assets import css, esm
@@ -28,7 +30,7 @@ from kassette.explore._widgets._colors import ColorBy, node_colors
 from kassette.explore._widgets._live import Watcher
 from kassette.explore._widgets._rows import PAGE, TreeNode, entries_of, entry_page, rows, run_header
 
-__all__ = ["PAGE", "RunTree", "TreeNode"]
+__all__ = ["PAGE", "RunTree", "TreeNode", "entry_conversation", "model_call_offsets"]
 
 
 class RunTree(anywidget.AnyWidget):
@@ -44,8 +46,8 @@ class RunTree(anywidget.AnyWidget):
     `live=True` (or `watch()`) re-reads changed journals every `interval` seconds.
     """
 
-    _esm = esm("tree.js")
-    _css = css("tree.css")
+    _esm = esm("tree.js", "conversation.js")
+    _css = css("tree.css", "conversation.css")
 
     selected = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     page = traitlets.Int(0).tag(sync=True)
@@ -57,6 +59,10 @@ class RunTree(anywidget.AnyWidget):
     pages = traitlets.Int(1).tag(sync=True)
     message = traitlets.Unicode("").tag(sync=True)
     can_resume = traitlets.Bool(False).tag(sync=True)
+    # the details panel's model calls: the page's model-call offsets, the one opened, its view
+    llm_offsets: traitlets.List[Any] = traitlets.List().tag(sync=True)
+    conversation_offset = traitlets.Int(-1).tag(sync=True)
+    conversation = traitlets.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -81,6 +87,8 @@ class RunTree(anywidget.AnyWidget):
         self._lock = threading.RLock()
         self.observe(self._selection_changed, names="selected")
         self.observe(self._page_moved, names="page")
+        self.observe(self._entries_shown, names="entries")
+        self.observe(self._conversation_opened, names="conversation_offset")
         self.on_msg(self._message)
         self._show(journals, selected, strict=True)
         if live:
@@ -217,6 +225,28 @@ class RunTree(anywidget.AnyWidget):
         self.entries, self.pages = shown, pages
         self.page = min(max(page, 0), pages - 1)
 
+    # -- the details panel's conversations ---------------------------------------------------
+
+    def open_conversation(self, offset: int) -> dict[str, Any]:
+        """Show the selected run's model call at `offset` as a conversation, as clicking its
+        entry does; returns what is shown (`kassette.explore._conversation.call_view`)."""
+        self.conversation_offset = offset
+        return dict(self.conversation)
+
+    def _entries_shown(self, change: Any = None) -> None:
+        with self.hold_sync():
+            self.llm_offsets = model_call_offsets(self.entries)
+            if self.conversation_offset not in self.llm_offsets:
+                self.conversation_offset = -1
+            else:
+                self._conversation_opened()
+
+    def _conversation_opened(self, change: Any = None) -> None:
+        entry = next((e for e in self.entries if e["offset"] == self.conversation_offset), None)
+        shown = None if entry is None else entry_conversation(entry)
+        where = {"run_id": self.selected, "offset": self.conversation_offset}
+        self.conversation = {**where, **shown} if shown else {}
+
     def _message(self, widget: Any, content: Any, buffers: Any = None) -> None:
         """The browser's resume form: `{"kind": "resume", "event": E, "value": JSON text}`."""
         if not isinstance(content, dict) or content.get("kind") != "resume":
@@ -226,3 +256,22 @@ class RunTree(anywidget.AnyWidget):
             self.resume(str(content.get("event")), json.loads(text))
         except Exception as exc:  # shown in the widget: a click has no caller to raise to
             self._failed(exc)
+
+
+def model_call_offsets(entries: list[dict[str, Any]]) -> list[int]:
+    """The offsets of the model calls among a page of entries (`_rows.entry_page`)."""
+    return [entry["offset"] for entry in entries if entry_conversation(entry, quick=True)]
+
+
+def entry_conversation(entry: dict[str, Any], *, quick: bool = False) -> dict[str, Any] | None:
+    """A page entry's model call as `call_view` shows it (None when it is no model call);
+    `quick` only says whether it is one (an empty dict)."""
+    if entry.get("type") != "step" or not entry.get("value"):
+        return None
+    try:
+        fields = json.loads(entry["value"])
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or answer_of(fields) is None:
+        return None
+    return {"offset": entry["offset"]} if quick else call_view(fields, str(entry.get("id")))

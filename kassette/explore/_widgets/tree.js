@@ -76,6 +76,38 @@ function valueCell(text, full) {
   return cell;
 }
 
+// The details panel's model calls: a link on each model-call entry, and the opened one shown
+// as a conversation (conversation.js) above the entries.
+function conversationLink(model, entry) {
+  if (!(model.get("llm_offsets") || []).includes(entry.offset)) return null;
+  const opened = model.get("conversation_offset") === entry.offset;
+  const link = h("a", { class: "kx-conversation-link" + (opened ? " kx-opened" : ""), href: "#", title: "show as a conversation" }, opened ? "💬 shown" : "💬 conversation");
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    event.stopPropagation();
+    model.set("conversation_offset", opened ? -1 : entry.offset);
+    model.save_changes();
+  });
+  return h("div", {}, link);
+}
+
+function conversationPanel(model) {
+  const shown = model.get("conversation") || {};
+  if (!shown.messages) return null;
+  const close = h("a", { class: "kx-conversation-close", href: "#" }, "close ×");
+  close.addEventListener("click", (event) => {
+    event.preventDefault();
+    model.set("conversation_offset", -1);
+    model.save_changes();
+  });
+  return h(
+    "div",
+    { class: "kx-conversation-panel" },
+    h("div", { class: "kx-conversation-title" }, `model call at offset ${shown.offset ?? ""} `, close),
+    conversationView([shown]),
+  );
+}
+
 function render({ model, el }) {
   const started = performance.now();
   const collapsed = new Set();
@@ -315,12 +347,12 @@ function render({ model, el }) {
           h("td", {}, e.session),
           h("td", { class: "kx-time" }, e.time),
           h("td", {}, e.type),
-          h("td", {}, e.id, e.edited ? h("div", { class: "kx-edited" }, "✎ edited") : null), // below: the column stays narrow
+          h("td", {}, e.id, e.edited ? h("div", { class: "kx-edited" }, "✎ edited") : null, conversationLink(model, e)), // below: the column stays narrow
           valueCell(e.value, e.full),
         ),
       ),
     );
-    details.append(h("table", { class: "kx-entries" }, h("thead", {}, head), body));
+    details.append(conversationPanel(model), h("table", { class: "kx-entries" }, h("thead", {}, head), body));
   }
 
   forest.addEventListener("scroll", () => requestAnimationFrame(() => drawRows()));
@@ -377,7 +409,7 @@ function render({ model, el }) {
   model.on("change:_forest", onForest);
   model.on("change:legend", drawLegend);
   model.on("change:selected", onSelected);
-  for (const name of ["details", "entries", "page", "pages", "message", "can_resume"]) {
+  for (const name of ["details", "entries", "page", "pages", "message", "can_resume", "llm_offsets", "conversation"]) {
     model.on(`change:${name}`, drawDetails);
   }
   drawLegend();
@@ -391,7 +423,7 @@ function render({ model, el }) {
     model.off("change:_forest", onForest);
     model.off("change:legend", drawLegend);
     model.off("change:selected", onSelected);
-    for (const name of ["details", "entries", "page", "pages", "message", "can_resume"]) {
+    for (const name of ["details", "entries", "page", "pages", "message", "can_resume", "llm_offsets", "conversation"]) {
       model.off(`change:${name}`, drawDetails);
     }
   };
