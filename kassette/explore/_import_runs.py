@@ -33,7 +33,7 @@ from typing import Any
 
 from kassette._codec import encode, parse_json
 from kassette.errors import ConflictError, InvalidArgumentError, StorageError
-from kassette.storage import Storage, open_storage, validate_run_id
+from kassette.storage import MemoryStorage, Storage, open_storage, validate_run_id
 
 __all__ = [
     "IMPORTED",
@@ -145,15 +145,17 @@ class Reporter:
     write waits on its fsync: several overlap), each whole; a context manager that waits for
     every write it started."""
 
-    def __init__(self, storage: Storage, writers: int = 8) -> None:
+    def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.run_ids: list[str] = []
         self.partial: dict[str, tuple[str, ...]] = {}
         self.outcomes: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(writers, thread_name_prefix="kassette-import")
+        # a store in memory waits on nothing: its writes are this thread's own work
+        threads = not isinstance(storage, MemoryStorage)
+        self._pool = ThreadPoolExecutor(_WRITERS, "kassette-import") if threads else None
         self._batch: list[ImportedRun] = []
         self._pending: deque[Future[dict[str, str]]] = deque()
-        self._limit = writers * 2  # batches built but not yet written: memory stays bounded
+        self._limit = _WRITERS * 2  # batches built but not yet written: memory stays bounded
 
     def __enter__(self) -> Reporter:
         return self
@@ -163,7 +165,8 @@ class Reporter:
             if self._batch:  # the runs built before an error are written too
                 self._submit()
         finally:
-            self._pool.shutdown(wait=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
 
     def write(self, run: ImportedRun) -> None:
         self.run_ids.append(run.run_id)
@@ -175,6 +178,9 @@ class Reporter:
 
     def _submit(self) -> None:
         batch, self._batch = self._batch, []
+        if self._pool is None:
+            self.outcomes.update(_write_runs(self.storage, batch))
+            return
         self._pending.append(self._pool.submit(_write_runs, self.storage, batch))
         while len(self._pending) > self._limit:
             self.outcomes.update(self._pending.popleft().result())
@@ -194,6 +200,7 @@ class Reporter:
 
 
 _BATCH = 16  # runs a writer thread takes at a time
+_WRITERS = 8  # threads writing runs: their fsyncs overlap
 
 
 def _write_runs(storage: Storage, runs: list[ImportedRun]) -> dict[str, str]:
