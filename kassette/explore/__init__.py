@@ -11,7 +11,7 @@
     journals.sql("select ... from runs")   # DuckDB over runs, entries and llm_calls
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
-    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (the otel extra)
+    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (OTLP/JSON)
     kx.import_otlp("traces.jsonl", store)  # traces (and kx.import_inspect: eval logs) as runs
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
@@ -20,15 +20,19 @@ Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib.util as _util
+import typing as _typing
 
 _HINT = 'kassette.explore needs pandas and pyarrow: pip install "kassette[explore]"'
 
-try:
-    import pandas  # noqa: F401
-    import pyarrow  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-    raise ImportError(f"{_HINT} ({exc})") from exc
+# Checked, not imported here: `kx.<Tab>` offers kassette's names, not `pandas` or `pyarrow`.
+for _needed in ("pandas", "pyarrow"):
+    try:
+        _found = _util.find_spec(_needed)
+    except ValueError:  # a module set to None in sys.modules (as a bare environment's test does)
+        _found = None
+    if _found is None:  # pragma: no cover - exercised in a bare environment
+        raise ImportError(f"{_HINT} (No module named {_needed!r})")
 
 from kassette.explore._branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
 from kassette.explore._compare import compare  # noqa: E402
@@ -43,13 +47,12 @@ from kassette.explore._frames import (  # noqa: E402
 from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from kassette.explore._import_inspect import import_inspect
     from kassette.explore._import_otlp import import_otlp
     from kassette.explore._import_runs import ImportReport
-    from kassette.explore._otlp import send_otlp, to_otlp
-
-if TYPE_CHECKING:
+    from kassette.explore._otlp import to_otlp
+    from kassette.explore._otlp_send import send_otlp
     from kassette.explore._widgets import CompareView, ForkExplorer, RunTree
 
 __all__ = [
@@ -87,7 +90,7 @@ _IMPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
     extra), so they load on first use."""
     if name in _WIDGETS:
@@ -95,11 +98,20 @@ def __getattr__(name: str) -> Any:
 
         return getattr(widgets, name)
     if name in _OTLP:
-        from kassette.explore import _otlp
+        from kassette.explore import _otlp, _otlp_send
 
-        return getattr(_otlp, name)
+        return getattr(_otlp_send if name == "send_otlp" else _otlp, name)
     if name in _IMPORTS:
         import importlib
 
         return getattr(importlib.import_module(f"kassette.explore.{_IMPORTS[name]}"), name)
     raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """`dir(kx)` and `kx.<Tab>`: the public names, the lazy ones included, and no helper
+    this module imports."""
+    return sorted(__all__)
+
+
+del annotations  # `from __future__ import annotations` leaves the name behind
