@@ -287,48 +287,62 @@ def _arguments_json(arguments: Any) -> Any:
 
 
 def fill_tool_call_ids(response: Any, provider: str, method: str, request: Any) -> None:
-    """Give a rebuilt answer's tool calls that have no id the ids the next request of the run
-    passes back (its last assistant turn's tool calls, in order): the code that replays the
-    answer passes them back the same way, so the next request matches. Left as they are when
-    the next request holds no such turn or another number of calls."""
+    """Give a rebuilt answer's tool calls what the next request of the run passes back (its
+    last assistant turn's tool calls, in order): the ids a source left out, and the
+    arguments as the exact text the model wrote (a source may keep them decoded). The code
+    that replays the answer passes them back the same way, so its next request matches. Left
+    as they are when the next request holds no such turn or another number of calls."""
     if not isinstance(response, dict) or not isinstance(request, dict):
         return
     if provider == "anthropic":
         blocks = [b for b in response.get("content") or [] if b.get("type") == "tool_use"]
-        given = _last_turn_ids(request.get("messages"), "content", "tool_use", "id")
-        slots = [(block, "id") for block in blocks]
+        passed = _last_turn(request.get("messages"), "content", "tool_use")
+        pairs = [(block, "id", sent.get("id")) for block, sent in _zipped(blocks, passed)]
     elif method == _RESPONSES:
         items = [i for i in response.get("output") or [] if i.get("type") == "function_call"]
-        sent = request.get("input")
-        inputs: list[Any] = sent if isinstance(sent, list) else []
-        given = [
-            item.get("call_id")
-            for item in inputs
-            if isinstance(item, dict) and item.get("type") == "function_call"
+        sent_input = request.get("input")
+        inputs: list[Any] = sent_input if isinstance(sent_input, list) else []
+        passed = [i for i in inputs if isinstance(i, dict) and i.get("type") == "function_call"]
+        passed = passed[-len(items) :] if items else []
+        pairs = [
+            (item, key, sent.get(key))
+            for item, sent in _zipped(items, passed)
+            for key in ("call_id", "arguments")
         ]
-        given = given[-len(items) :] if items else []
-        slots = [(item, "call_id") for item in items]
     else:
         choices = response.get("choices") or [{}]
         calls = (choices[0].get("message") or {}).get("tool_calls") or []
-        given = _last_turn_ids(request.get("messages"), "tool_calls", None, "id")
-        slots = [(call, "id") for call in calls]
-    if len(given) != len(slots) or not all(isinstance(i, str) and i for i in given):
-        return
-    for (holder, key), found in zip(slots, given, strict=True):
-        if not holder.get(key):
-            holder[key] = found
+        passed = _last_turn(request.get("messages"), "tool_calls", None)
+        pairs = []
+        for call, sent in _zipped(calls, passed):
+            pairs.append((call, "id", sent.get("id")))
+            given = sent.get("function")
+            function: dict[str, Any] = given if isinstance(given, dict) else {}
+            pairs.append((call.get("function") or {}, "arguments", function.get("arguments")))
+    for holder, key, value in pairs:
+        if not isinstance(value, str) or not value:
+            continue
+        if key == "arguments":  # the same arguments, as the model spelled them
+            if _arguments_json(value) == _arguments_json(holder.get(key)):
+                holder[key] = value
+        elif not holder.get(key):
+            holder[key] = value
 
 
-def _last_turn_ids(messages: Any, field: str, kind: str | None, key: str) -> list[Any]:
-    """The ids of the tool calls in the last assistant message that has some."""
+def _zipped(ours: list[Any], passed: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """Our tool calls beside the ones passed back, when there are as many of each."""
+    return list(zip(ours, passed, strict=True)) if len(ours) == len(passed) else []
+
+
+def _last_turn(messages: Any, field: str, kind: str | None) -> list[dict[str, Any]]:
+    """The tool calls of the last assistant message that has some."""
     for message in reversed(messages if isinstance(messages, list) else []):
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         found = message.get(field)
         parts: list[Any] = found if isinstance(found, list) else []
         calls = [
-            part.get(key)
+            part
             for part in parts
             if isinstance(part, dict) and (kind is None or part.get("type") == kind)
         ]

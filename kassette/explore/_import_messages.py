@@ -21,6 +21,7 @@ import json
 import re
 from typing import Any
 
+from kassette._llm_calls import read_llm_result
 from kassette.explore._import_calls import Message, SourceCall, ToolCall
 
 __all__ = ["source_call"]
@@ -49,7 +50,7 @@ def source_call(provider: str, method: str, attributes: dict[str, Any]) -> Sourc
     if isinstance(given, dict) and ("messages" in given or "input" in given):
         call.request = {**parameters, **given}
     answer = _json(attributes.get("output.value"))
-    if isinstance(answer, dict):
+    if read_llm_result(answer) is not None:  # a provider's response (not, say, its tool calls)
         call.response = answer
     call.model = _text(
         attributes.get("gen_ai.request.model")

@@ -15,7 +15,7 @@ from kassette import explore as kx
 from kassette.integrations import anthropic as journaled_anthropic
 from kassette.integrations import openai as journaled_openai
 from kassette.testing import fake_model_server
-from tests.explore.import_support import sdk_clients
+from tests.explore.import_support import agent, sdk_clients
 
 TASKS = {"plan-a": "a cheap trip to Lisbon", "plan-b": "moving a piano", "plan-c": "tax forms"}
 
@@ -56,11 +56,8 @@ def make_store(path: Path, clients: tuple[OpenAI, Anthropic]) -> LocalStorage:
 
 
 def write_traces(storage: Storage, out: Path, *, include_content: bool) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    traces = out / "traces.jsonl"
-    request = kx.to_otlp(kx.load(storage), include_content=include_content)
-    traces.write_text(json.dumps(request) + "\n")
-    return traces
+    kx.export(storage, out, format="otlp", include_content=include_content)
+    return out / "traces.jsonl"
 
 
 def requests_of(journals: kx.Journals) -> dict[tuple[str, str], Any]:
@@ -118,3 +115,32 @@ def test_traces_without_content_import_as_partial_runs_saying_what_is_missing(
     assert "its result is not in the source" in runs.loc["plan-a", "partial"]
     entries = kx.load(imported).entries
     assert entries[entries.run_id == "plan-a"]["type"].tolist() == ["start"]  # stops there
+
+
+def test_a_tool_calling_agent_round_trips_and_replays_with_zero_requests(tmp_path: Path) -> None:
+    """kassette's export writes an answer's tool calls without their ids (as the GenAI
+    conventions' messages have them); the import takes them from the next request."""
+    with fake_model_server() as server, sdk_clients(server) as clients:
+
+        def weather(storage: Storage) -> Any:
+            @kassette(storage=storage)
+            def run(ctx: Any, task: dict[str, Any]) -> str:
+                gpt = journaled_openai.journaled(clients[0], ctx)
+                claude = journaled_anthropic.journaled(clients[1], ctx)
+                return agent(gpt, claude, ctx.step, task)
+
+            return run
+
+        original = LocalStorage(tmp_path / "original")
+        first = weather(original).start({"city": "Paris"}, run_id="paris")
+        assert first.status == "success"
+        steps = kx.load(original).entries.step_id.dropna().tolist()
+        assert "get_weather" in steps and "chat.completions.create#2" in steps
+        traces = write_traces(original, tmp_path / "out", include_content=True)
+        imported = LocalStorage(tmp_path / "imported")
+        report = kx.import_otlp(traces, imported)
+        assert report.run_ids == ("paris",) and report.partial == {}
+        sent = server.request_count
+        again = weather(imported).start({"city": "Paris"}, run_id="paris")
+        assert again.status == "success" and again.result == first.result
+        assert server.request_count == sent
