@@ -42,17 +42,18 @@ from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
+from kassette._model_streams import expanded as _expanded
 from kassette._model_usage import TokenUsage
 from kassette._model_usage import anthropic_usage as _anthropic_usage
 from kassette._model_usage import openai_usage as _openai_usage
 
 __all__ = [
     "FINISH_REASONS",
+    "OPAQUE_FIELDS",
     "PROVIDERS",
     "VOLATILE_FIELDS",
     "LLMCall",
     "TokenUsage",
-    "comparable_request",
     "describe_response",
     "read_llm_call",
     "read_llm_result",
@@ -88,12 +89,6 @@ VOLATILE_FIELDS = frozenset(
 """Fields of a response that differ between two calls that gave the same answer: ids,
 timestamps, the serving machine, usage, timings. `LLMCall.comparable()` leaves them out."""
 
-VOLATILE_REQUEST_FIELDS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id"})
-"""Fields of a request that the provider assigned afresh on each call (the ids of earlier tool
-calls and items the conversation hands back): two requests that differ only there ask the same.
-`comparable_request()` leaves them out."""
-_CONVERSATION_FIELDS = ("messages", "input", "system")  # a request's turns: where the ids are
-
 # What each provider's finish reason means in `FINISH_REASONS`' words.
 _FINISH = {
     "stop": "stop",
@@ -110,7 +105,8 @@ _FINISH = {
     "max_output_tokens": "length",
 }
 _CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
-_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES}  # see `response_method`
+# the SDKs' stream helpers: see `response_method`
+_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES, "chat.completions.stream": _CHAT}
 _RESPONSE_NAMES = {
     ("openai", _CHAT): "OpenAI chat completion",
     ("openai", _RESPONSES): "OpenAI Responses API response",
@@ -131,7 +127,7 @@ _ANTHROPIC_EVENTS = frozenset(
 # the Responses stream events that carry the response as it ended
 _ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # a tool's arguments are the model's own data: never stripped as volatile
-_OPAQUE = frozenset({"input", "arguments", "partial_json"})
+OPAQUE_FIELDS = frozenset({"input", "arguments", "partial_json"})
 
 
 @dataclass(frozen=True)
@@ -139,10 +135,12 @@ class LLMCall:
     """A journaled model call, read: what was asked, of whom, and what came back.
 
     `provider` is `"openai"` or `"anthropic"`; `method` the API method
-    (`chat.completions.create`, `responses.create`, `messages.create`, `messages.stream`);
-    `request` the request as sent when the entry records it (else None); `result` the response
-    as journaled; `stream` whether it is a recorded stream. The rest is read from the response
-    when first asked for: `model`, `text`, `tool_calls`, `finish_reason`, `usage`, `prompt`.
+    (`chat.completions.create`, `chat.completions.stream`, `responses.create`,
+    `messages.create`, `messages.stream`); `request` the request as sent when the entry records
+    it (else None); `result` the response as journaled, a stream as its events (`{"stream":
+    [event, ...]}`, written out from the journal's compact form); `stream` whether it is a
+    recorded stream. The rest is read from the response when first asked for: `model`, `text`,
+    `tool_calls`, `finish_reason`, `usage`, `prompt`.
     """
 
     provider: str
@@ -203,30 +201,6 @@ class LLMCall:
         return _READERS[self.shape](self.result) if self.shape is not None else _Read()
 
 
-def comparable_request(request: Any) -> Any:
-    """A request without `VOLATILE_REQUEST_FIELDS` (at any depth, but never inside a tool's
-    arguments or a tool use's input): two requests that ask the same compare equal."""
-    if not isinstance(request, dict):
-        return request
-    return {
-        key: _without_ids(item) if key in _CONVERSATION_FIELDS else item
-        for key, item in request.items()
-        if key != "previous_response_id"
-    }
-
-
-def _without_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: item if key in _OPAQUE else _without_ids(item)
-            for key, item in value.items()
-            if key not in VOLATILE_REQUEST_FIELDS
-        }
-    if isinstance(value, list):
-        return [_without_ids(item) for item in value]
-    return value
-
-
 def text_of_content(content: Any) -> str:
     """A message's content as text: a string, or its text parts (`text`, `input_text`,
     `output_text`) joined by newlines; the one reading of a request message's text."""
@@ -252,6 +226,7 @@ def read_llm_result(result: Any, call: Any = None) -> LLMCall | None:
     With a `call` naming a provider and a method, the step is a model call whatever its result
     holds; without one, the result's shape decides (see the module docstring).
     """
+    result = _expanded(result)  # a stream's events, from the journal's compact form
     shape = _shape(result)
     recorded = call if isinstance(call, dict) else {}  # JSON: dicts (abc checks cost more)
     provider, method = recorded.get("provider"), recorded.get("method")
@@ -292,7 +267,8 @@ def response_from_text(call: LLMCall, text: str) -> Any:
 
 def response_method(method: str) -> str:
     """The method whose request and response `method` has: `messages.stream` sends the request
-    of `messages.create(stream=True)` to its endpoint and records its events; every other
+    of `messages.create(stream=True)` to its endpoint and records its events, and
+    `chat.completions.stream` those of `chat.completions.create(stream=True)`; every other
     method is its own. The one rule for "a `messages.stream` call is a `messages.create`
     call": what an edit may record, and what a replayed call must match."""
     return _SHAPE_OF_METHOD.get(method, method)
@@ -301,6 +277,7 @@ def response_method(method: str) -> str:
 def same_response_shape(call: LLMCall, result: Any) -> bool:
     """Whether `result` is a response of `call`'s provider and API, streamed as `call` was:
     one the code that made `call` can be given instead (a fork edit's whole response)."""
+    result = _expanded(result)
     shape = _shape(result)
     method = response_method(call.method)
     return shape == (call.provider, method) and _is_stream(result) == call.stream
@@ -572,7 +549,7 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
 def _without_volatile(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            key: item if key in _OPAQUE else _without_volatile(item)
+            key: item if key in OPAQUE_FIELDS else _without_volatile(item)
             for key, item in value.items()
             if key not in VOLATILE_FIELDS
         }
@@ -618,20 +595,3 @@ def _finish(reason: Any) -> str | None:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-# the spellings before `llm_calls` became the one word (docs/reference.md, decision 9), for
-# code that imported them from the deprecated `kassette.model_calls`
-_RENAMED = {"ModelCall": "LLMCall", "read_model_call": "read_llm_call"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        import warnings
-
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{name} is deprecated; use kassette.core.{new}", DeprecationWarning, stacklevel=2
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

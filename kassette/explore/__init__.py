@@ -13,6 +13,7 @@
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
     kx.to_otlp(journals)                   # runs as OpenTelemetry traces (OTLP/JSON)
     kx.import_otlp("traces.jsonl", store)  # traces (and kx.import_inspect: eval logs) as runs
+    kx.experiment(workflow, runs, step="draft", variants={...}, score=..., name="x")  # paired stats
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
@@ -23,7 +24,8 @@ from __future__ import annotations
 import importlib.util as _util
 import typing as _typing
 
-_HINT = 'kassette.explore needs pandas and pyarrow: pip install "kassette[explore]"'
+from kassette._extras import install_hint as _install_hint
+from kassette._public import publish as _publish
 
 # Checked, not imported here: `kx.<Tab>` offers kassette's names, not `pandas` or `pyarrow`.
 for _needed in ("pandas", "pyarrow"):
@@ -32,10 +34,12 @@ for _needed in ("pandas", "pyarrow"):
     except ValueError:  # a module set to None in sys.modules (as a bare environment's test does)
         _found = None
     if _found is None:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} (No module named {_needed!r})")
+        raise ImportError(f"{_install_hint('kassette.explore', _needed)} (no module {_needed!r})")
 
 from kassette.explore._branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
 from kassette.explore._compare import compare  # noqa: E402
+from kassette.explore._experiment import ExperimentInterrupted, Variant, experiment  # noqa: E402
+from kassette.explore._experiment_result import Experiment  # noqa: E402
 from kassette.explore._export import export  # noqa: E402
 from kassette.explore._frames import (  # noqa: E402
     ENTRY_SCHEMA,
@@ -45,6 +49,8 @@ from kassette.explore._frames import (  # noqa: E402
     load,
 )
 from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
+from kassette.explore._sequential import decided  # noqa: E402
+from kassette.explore._stats import summarize  # noqa: E402  (scipy loads on first call)
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if _typing.TYPE_CHECKING:
@@ -61,6 +67,8 @@ __all__ = [
     "RUN_SCHEMA",
     "Branches",
     "CompareView",
+    "Experiment",
+    "ExperimentInterrupted",
     "FanOutInterrupted",
     "ForkExplorer",
     "ImportReport",
@@ -68,7 +76,10 @@ __all__ = [
     "Lineage",
     "RunNode",
     "RunTree",
+    "Variant",
     "compare",
+    "decided",
+    "experiment",
     "export",
     "fan_out",
     "import_inspect",
@@ -76,10 +87,12 @@ __all__ = [
     "lineage",
     "load",
     "send_otlp",
+    "summarize",
     "timeline",
     "to_otlp",
 ]
 
+_publish(globals(), "kassette.explore")
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 _OTLP = {"send_otlp", "to_otlp"}
 # importers: OTLP/JSON needs no extra, Inspect logs the `inspect` extra
@@ -96,16 +109,19 @@ def __getattr__(name: str) -> _typing.Any:
     if name in _WIDGETS:
         from kassette.explore import _widgets as widgets
 
-        return getattr(widgets, name)
-    if name in _OTLP:
+        found = getattr(widgets, name)
+    elif name in _OTLP:
         from kassette.explore import _otlp, _otlp_send
 
-        return getattr(_otlp_send if name == "send_otlp" else _otlp, name)
-    if name in _IMPORTS:
+        found = getattr(_otlp_send if name == "send_otlp" else _otlp, name)
+    elif name in _IMPORTS:
         import importlib
 
-        return getattr(importlib.import_module(f"kassette.explore.{_IMPORTS[name]}"), name)
-    raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+        found = getattr(importlib.import_module(f"kassette.explore.{_IMPORTS[name]}"), name)
+    else:
+        raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+    found.__module__ = __name__  # its public home, as for the names loaded above
+    return found
 
 
 def __dir__() -> list[str]:
