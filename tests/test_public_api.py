@@ -233,7 +233,14 @@ PUBLIC_PACKAGES = {
     **dict.fromkeys(CORE_MODULES, ()),
     "kassette.storage": ("S3Storage",),
     "kassette.testing": ("FakeModelServer",),
-    "kassette.explore": ("CompareView", "ForkExplorer", "RunTree", "send_otlp", "to_otlp"),
+    "kassette.explore": (
+        "CompareView",
+        "ForkExplorer",
+        "RunTree",
+        "import_inspect",
+        "send_otlp",
+        "to_otlp",
+    ),
 }
 
 

@@ -48,6 +48,8 @@ from kassette.explore._frames import (  # noqa: E402
     Journals,
     load,
 )
+from kassette.explore._import_otlp import import_otlp  # noqa: E402
+from kassette.explore._import_runs import ImportReport  # noqa: E402
 from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
 from kassette.explore._sequential import decided  # noqa: E402
 from kassette.explore._stats import summarize  # noqa: E402  (scipy loads on first call)
@@ -55,8 +57,6 @@ from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on 
 
 if _typing.TYPE_CHECKING:
     from kassette.explore._import_inspect import import_inspect
-    from kassette.explore._import_otlp import import_otlp
-    from kassette.explore._import_runs import ImportReport
     from kassette.explore._otlp import to_otlp
     from kassette.explore._otlp_send import send_otlp
     from kassette.explore._widgets import CompareView, ForkExplorer, RunTree
@@ -95,17 +95,12 @@ __all__ = [
 _publish(globals(), "kassette.explore")
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 _OTLP = {"send_otlp", "to_otlp"}
-# importers: OTLP/JSON needs no extra, Inspect logs the `inspect` extra
-_IMPORTS = {
-    "ImportReport": "_import_runs",
-    "import_otlp": "_import_otlp",
-    "import_inspect": "_import_inspect",
-}
+_IMPORT_INSPECT = "import_inspect"  # reads Inspect AI's logs: the `inspect` extra
 
 
 def __getattr__(name: str) -> _typing.Any:
-    """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
-    extra), so they load on first use."""
+    """The widgets import ipywidgets, the OTLP functions opentelemetry-proto (the `otel`
+    extra) and `import_inspect` Inspect AI (the `inspect` extra), so they load on first use."""
     if name in _WIDGETS:
         from kassette.explore import _widgets as widgets
 
@@ -114,10 +109,10 @@ def __getattr__(name: str) -> _typing.Any:
         from kassette.explore import _otlp, _otlp_send
 
         found = getattr(_otlp_send if name == "send_otlp" else _otlp, name)
-    elif name in _IMPORTS:
-        import importlib
+    elif name == _IMPORT_INSPECT:
+        from kassette.explore import _import_inspect
 
-        found = getattr(importlib.import_module(f"kassette.explore.{_IMPORTS[name]}"), name)
+        found = _import_inspect.import_inspect
     else:
         raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
     found.__module__ = __name__  # its public home, as for the names loaded above
