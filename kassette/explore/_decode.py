@@ -36,6 +36,7 @@ from kassette._codec import (
     too_deep,
 )
 from kassette._state import RunState, reduce_entry
+from kassette.explore._import_runs import imported_columns, source_ending
 from kassette.explore._llm import run_totals
 from kassette.explore._working import working_columns
 
@@ -84,6 +85,9 @@ RUN_SCHEMA = pa.schema(
         pa.field("input_tokens", pa.int64()),  # null: a sum past 64 bits (hostile usage)
         pa.field("output_tokens", pa.int64()),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # a run imported from a trace or an eval log: from where, and what its source lacked
+        pa.field("imported_from", pa.string()),
+        pa.field("partial", pa.string()),
         # the sum of the run's own sessions, and the gaps between them (_working.py)
         pa.field("working_s", pa.float64()),
         pa.field("waiting_s", pa.float64()),
@@ -193,7 +197,7 @@ def with_runs(
     time."""
     if "copied" in read.column_names:
         read = read.drop_columns(["copied"])
-    columns, fork_offsets = _runs(read, run_ids, counts)
+    columns, fork_offsets, imported = _runs(read, run_ids, counts)
     # an entry before its fork's offset was copied from the source run
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
@@ -205,6 +209,7 @@ def with_runs(
     else:
         zeros = pa.array(np.zeros(len(run_ids), dtype=np.int64))
         columns += [zeros, zeros, zeros, pa.nulls(len(run_ids), pa.float64())]
+    columns += [pa.array(found, pa.string()) for found in imported]
     columns += working_columns(entries, counts, columns[RUN_SCHEMA.get_field_index("duration_s")])
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
@@ -452,6 +457,7 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         sessions[present] = np.maximum.reduceat(session_column, first[present])
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
     states = [RunState() for _ in run_ids]
+    first_starts: list[Any] = [None] * len(run_ids)
     is_control = pc.not_equal(entries.column("type"), "step")
     control = pc.indices_nonzero(is_control).to_numpy().astype(np.int64)
     owner = np.searchsorted(first, control, side="right") - 1
@@ -461,6 +467,8 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     for run, kind, offset, value in zip(owner.tolist(), kinds, offsets, values, strict=True):
         entry = json.loads(value)
         entry["type"], entry["offset"] = kind, offset
+        if offset == 0:
+            first_starts[run] = entry
         states[run] = reduce_entry(states[run], entry)
     starts, has_rows = first.tolist(), present.tolist()
     started_rows = [
@@ -490,19 +498,26 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         ended,
         duration,
         pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
-        pa.array([str(s.error) if s.error else None for s in states], pa.string()),
+        pa.array(
+            [
+                str(s.error) if s.error else source_ending(start, "error")
+                for s, start in zip(states, first_starts, strict=True)
+            ],
+            pa.string(),
+        ),
         pa.array([to_json(s.params or {}) for s in states], pa.large_string()),
         pa.array([_json_of(s.input, s.created_offset) for s in states], pa.large_string()),
         pa.array(
             [
                 _json_of(s.result, s.ended_offset if s.status == "completed" else None)
-                for s in states
+                or source_ending(start, "output")
+                for s, start in zip(states, first_starts, strict=True)
             ],
             pa.large_string(),
         ),
     ]
     forks = np.array([-1 if o is None else o for o in fork_offsets], dtype=np.int64)
-    return columns, forks
+    return columns, forks, imported_columns(first_starts)
 
 
 def _json_of(value: Any, recorded_at: int | None) -> str | None:

@@ -74,7 +74,9 @@ class Journals:
     def runs(self) -> pd.DataFrame:
         """One row per run: `run_id, status, version, parent_run_id, fork_offset, sessions,
         steps, started_at, ended_at, duration_s, pending_events, error, params, input, result,
-        llm_calls, input_tokens, output_tokens`, in pandas' nullable dtypes (`string`, `Int64`,
+        llm_calls, input_tokens, output_tokens, cost_usd, imported_from, partial` (an imported
+        run: where from, what its source lacked; its `error`/`result` as it ended there),
+        in pandas' nullable dtypes (`string`, `Int64`,
         `Float64`, Arrow timestamps): every missing value is `pd.NA` and prints `<NA>`."""
         return self._frame("runs")
 
