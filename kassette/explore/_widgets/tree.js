@@ -352,7 +352,9 @@ function render({ model, el }) {
         ),
       ),
     );
-    details.append(conversationPanel(model), h("table", { class: "kx-entries" }, h("thead", {}, head), body));
+    const conversation = conversationPanel(model); // null when no call is open (append would write "null")
+    if (conversation) details.append(conversation);
+    details.append(h("table", { class: "kx-entries" }, h("thead", {}, head), body));
   }
 
   forest.addEventListener("scroll", () => requestAnimationFrame(() => drawRows()));
