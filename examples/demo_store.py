@@ -7,13 +7,19 @@ there: a triage run killed, retried, approved and forked twice. Then a support a
 reply with a model, and `kx.fan_out` forks that draft 20 ways, one temperature each. The model
 is scripted and offline: it answers in the OpenAI chat completion format (text, token counts),
 so the explorer shows the branches' answers, tokens and where they diverge, as it would for a
-real model. A store that already holds runs is left as it is. Needs the `explore` extra.
+real model. Needs the `explore` extra.
+
+The store is written whole or not at all: into a hidden directory beside it, renamed into place
+once every run has ended, so an interrupted writer (Ctrl-C, a killed `make lab`) leaves no
+partial store, and the next call starts again. A complete store is kept as it is; a partial one
+an older writer left (only this writer's runs, some not ended) is written again.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import zlib
 from pathlib import Path
 
@@ -21,6 +27,7 @@ from demo import Demo
 
 from kassette import LocalStorage, kassette
 from kassette import explore as kx
+from kassette.core import run_status
 
 QUESTION = "My nightly export to S3 stopped on Tuesday. Nothing changed on our side. Why?"
 TEMPERATURES = [round(0.05 * number, 2) for number in range(20)]
@@ -84,12 +91,41 @@ def support_agent(storage: LocalStorage):
 
 def write(store: Path) -> kx.Branches | None:
     """Write the demo's runs and the fan-out into `store`; return the fan-out's branches.
-    A store that already holds runs is kept as it is (None)."""
-    store.mkdir(parents=True, exist_ok=True)
+    A complete store is kept as it is (None); see the module's doc for a partial one."""
     storage = LocalStorage(store)
-    if next(iter(storage.list_runs()), None) is not None:
+    held = set(storage.list_runs()) if store.exists() else set()
+    if held and complete(storage, held):
         print(f"{store}/ already holds runs: kept as it is (delete it to write it again)")
         return None
+    if held and not all(_ours(run_id) for run_id in held):
+        raise SystemExit(f"{store}/ holds runs this script did not write: choose another folder")
+    writing = store.parent / f".{store.name}.writing"
+    shutil.rmtree(writing, ignore_errors=True)  # what an interrupted writer left
+    writing.mkdir(parents=True)
+    branches = _write(writing)
+    if held:
+        print(f"{store}/ was left partial by an interrupted writer: written again")
+    shutil.rmtree(store, ignore_errors=True)
+    writing.rename(store)  # whole, at once: a store is never seen half written
+    print(f"written: {store}/")
+    return branches
+
+
+def complete(storage: LocalStorage, held: set[str]) -> bool:
+    """Whether `held` (the store's runs) is the whole store: the demo's runs, and the
+    support run and its 20 branches, every one of them completed."""
+    support = {RUN_ID, *(f"{RUN_ID}.draft-reply.{n}" for n in range(len(TEMPERATURES)))}
+    if not support <= held or not any(run_id.startswith("INC-") for run_id in held):
+        return False
+    return all(run_status(storage, run_id).status == "completed" for run_id in support)
+
+
+def _ours(run_id: str) -> bool:
+    return run_id.startswith(("INC-", RUN_ID))
+
+
+def _write(store: Path) -> kx.Branches:
+    storage = LocalStorage(store)
     Demo(store).run()
     support = support_agent(storage)
     support.start({"customer": "ada@example.com", "question": QUESTION}, run_id=RUN_ID)

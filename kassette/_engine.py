@@ -18,7 +18,7 @@ from kassette._clock import Clock, SystemClock
 from kassette._codec import check_json, new_run_id
 from kassette._state import ErrorInfo, RunStatus, html_table
 from kassette.core import Run, open_fork, open_run, read_journal
-from kassette.errors import InvalidArgumentError, KassetteError, Suspended
+from kassette.errors import InvalidArgumentError, KassetteError, ReplayError, Suspended
 from kassette.storage import Storage, open_storage
 
 __all__ = ["Engine", "RunResult"]
@@ -33,12 +33,18 @@ _OUTCOMES: dict[str, ResultStatus] = {
     "failed": "failed",
     "canceled": "canceled",
 }
-_STATES: dict[str, str] = {outcome: state for state, outcome in _OUTCOMES.items()}
+# a fan-out branch no invocation ended (`Branches.frame`'s "raised" and "stopped") is open
+_STATES: dict[str, str] = {
+    **{outcome: state for state, outcome in _OUTCOMES.items()},
+    "raised": "running",
+    "stopped": "running",
+}
 
 
 def run_state(outcome: str) -> str:
-    """An invocation's outcome (`RunResult.status`) in `RunStatus`'s words: `"completed"` for
-    `"success"`; other words (a fan-out's `"raised"`, say) as they are."""
+    """An invocation's outcome (`RunResult.status`, or `Branches.frame`'s status) in
+    `RunStatus`'s words: `"completed"` for `"success"`, `"running"` for a fan-out branch that
+    `"raised"` or was `"stopped"` (its run is open), the others as they are."""
     return _STATES.get(outcome, outcome)
 
 
@@ -196,11 +202,25 @@ class Engine(Generic[I, R]):
             return RunResult(
                 run.run_id, "suspended", events=tuple(pending), unreplayed=run.unreplayed
             )
+        if isinstance(exc, ReplayError) and _created_by(run):
+            # a fork whose replay of its copied prefix fails would stay `running` forever,
+            # with nothing of its own: it ends failed with the error, and the error (whose
+            # advice may name it) names a run that exists
+            run.fail(exc)
+            raise exc
         if isinstance(exc, KassetteError) or not isinstance(exc, Exception):
             raise exc
         run.fail(exc)
         error = ErrorInfo(type(exc).__name__, str(exc))
         return RunResult(run.run_id, "failed", error=error, unreplayed=run.unreplayed)
+
+
+def _created_by(run: Run) -> bool:
+    """Whether `run` is a fork this session created (its own `start` is this session's)."""
+    state = run.journal.state
+    if state.source is None:
+        return False
+    return bool(run.journal.entries[state.creation_offset]["session"] == run.session)
 
 
 def _named(module: str | None, qualname: str) -> Any:

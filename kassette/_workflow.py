@@ -19,13 +19,20 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, overload
 
 from kassette._clock import Clock
 from kassette._codec import CallRecord, format_timestamp, parse_timestamp, validate_name
+from kassette._dry_replay import DryReplay, Live, difference, explained
 from kassette._engine import Engine, RunResult
 from kassette._fork import NO_RESULT
 from kassette._retry import NO_RETRY, Retry
 from kassette._sessions import cancel_run
 from kassette._state import RunStatus
 from kassette.core import Run, Step, StepIds, run_status
-from kassette.errors import InvalidArgumentError, KassetteError, ReplayMismatchError, Suspended
+from kassette.errors import (
+    InvalidArgumentError,
+    KassetteError,
+    ReplayMismatchError,
+    Suspended,
+    TerminalRunError,
+)
 from kassette.storage import Storage
 
 if TYPE_CHECKING:
@@ -375,8 +382,24 @@ class Workflow(Engine[I, R]):
         """Run (or, for an existing run id, retry) the workflow until it ends or suspends.
 
         `params` (a JSON object, `ctx.params`) is recorded with the run; on a retry, None means
-        "as recorded" and anything else must equal it (else `InputMismatchError`)."""
-        return self._invoke(self._open_start(input, run_id, params))
+        "as recorded" and anything else must equal it (else `InputMismatchError`). A run
+        that ended raises `TerminalRunError`, saying where this code now differs from its
+        journal (a replay that writes nothing finds it) and how to fork it there."""
+        try:
+            run = self._open_start(input, run_id, params)
+        except TerminalRunError as exc:
+            raise self._finished(exc, input) from None
+        return self._invoke(run)
+
+    def _finished(self, error: TerminalRunError, input: Any) -> Exception:
+        if type(error) is not TerminalRunError or error.run_id is None:
+            return error
+        dry = DryReplay(self.storage, error.run_id, input, self.version, self.clock)
+        try:
+            outcome: Any = self._invoke(dry.open())
+        except (Exception, Live) as raised:
+            outcome = raised
+        return explained(error, difference(outcome, dry.recorded_result()), self.__name__)
 
     def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
         """Deliver `value` for a pending `event` (name or id) and continue the run."""
@@ -443,8 +466,21 @@ class AsyncWorkflow(Engine[I, R]):
         """Run (or, for an existing run id, retry) the workflow until it ends or suspends.
 
         `params` (a JSON object, `ctx.params`) is recorded with the run; on a retry, None means
-        "as recorded" and anything else must equal it (else `InputMismatchError`)."""
-        return await self._invoke(self._open_start, input, run_id, params)
+        "as recorded" and anything else must equal it (else `InputMismatchError`). A run
+        that ended raises `TerminalRunError`, saying where this code now differs from its
+        journal (a replay that writes nothing finds it) and how to fork it there."""
+        try:
+            return await self._invoke(self._open_start, input, run_id, params)
+        except TerminalRunError as exc:
+            if type(exc) is not TerminalRunError or exc.run_id is None:
+                raise
+            dry = DryReplay(self.storage, exc.run_id, input, self.version, self.clock)
+            try:
+                outcome: Any = await self._invoke(dry.open)
+            except (Exception, Live) as raised:
+                outcome = raised
+            found = difference(outcome, dry.recorded_result())
+            raise explained(exc, found, self.__name__) from None
 
     async def resume(self, run_id: str, event: str, value: Any = None) -> RunResult:
         """Deliver `value` for a pending `event` (name or id) and continue the run."""

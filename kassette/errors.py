@@ -20,8 +20,13 @@
         ├── ReplayMismatchError
         └── JournalCorruptionError
 
+In IPython and Jupyter these errors show as a few lines: what happened and what to do
+(`_render_traceback_`); `%xmode Plain`, then `%tb`, shows the full traceback.
+
 `Suspended` is a `BaseException`, not part of the tree: it is control flow, and `except
-Exception` in user code must not swallow it. None of these is journaled as a run's `error`.
+Exception` in user code must not swallow it. None of these is journaled as a run's `error`,
+but one: a `ReplayError` in the session that created a fork (its copied prefix no longer
+replays) ends that fork failed with it, so no fork is left `running` with nothing of its own.
 
 `CancelledError` and `MetadataMismatchError` are the deprecated former names of
 `RunCancelledError` and `InputMismatchError` (the same classes; a `DeprecationWarning` on use).
@@ -69,6 +74,13 @@ class KassetteError(Exception):
         self.run_id = run_id
         self.step_id = step_id
         self.offset = offset
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython and Jupyter show for it: the error and what to do, in a few lines;
+        `%xmode Plain`, then `%tb`, shows the full traceback (see kassette._tracebacks)."""
+        from kassette._tracebacks import short_traceback
+
+        return short_traceback(self)
 
 
 class FencedError(KassetteError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import pickle
+from typing import Any
 
 import pytest
 
@@ -91,8 +92,9 @@ def test_the_tree_has_exactly_these_errors() -> None:
 
 def test_specific_relations() -> None:
     assert issubclass(RunCancelledError, TerminalRunError)
-    assert issubclass(ConflictError, StorageError)  # internal: a lost compare-and-swap
-    assert "ConflictError" not in kassette.__all__
+    assert issubclass(ConflictError, StorageError)  # a lost compare-and-swap, handled inside
+    # every error a public call can raise is exported (docs/reference.md, decision 15)
+    assert {"ConflictError", "StorageNotFoundError"} <= set(kassette.__all__)
     assert issubclass(RunNotFoundError, LookupError)
     for cls in NEVER_SUCCEEDS:
         assert issubclass(cls, ReplayError)
@@ -150,3 +152,129 @@ def test_suspended_survives_pickling() -> None:
     copied = pickle.loads(pickle.dumps(Suspended(("a", "b"), run_id="r1")))
     assert copied.events == ("a", "b") and copied.run_id == "r1"
     assert str(copied) == "waiting for a, b"
+
+
+IPYTHON_SESSION = r"""
+from IPython.core.interactiveshell import InteractiveShell
+
+shell = InteractiveShell.instance(colors="NoColor")
+shell.run_cell('''
+from kassette import MemoryStorage, kassette
+storage = MemoryStorage()
+
+@kassette(storage=storage)
+def agent(ctx, task):
+    return ctx.step("plan", lambda: "plan")
+
+agent.start(None, run_id="r")
+
+@kassette(storage=storage)
+def changed(ctx, task):
+    ctx.suspend("plan")
+
+changed.fork("r", offset=2, new_run_id="f")
+''')
+print("=====")
+shell.run_line_magic("xmode", "Plain")
+shell.run_line_magic("tb", "")
+"""
+
+
+def test_ipython_shows_a_kassette_error_in_a_few_lines_and_the_full_traceback_on_request(
+    tmp_path: Any,
+) -> None:
+    """Issue 31, section 4: the error and what to do, not a page of kassette's internals;
+    `%xmode Plain`, then `%tb`, shows the whole traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", IPYTHON_SESSION],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    short, full = done.stdout.split("=====\n")
+    lines = [line for line in short.splitlines() if line.strip()]
+    assert lines[0].startswith("ReplayMismatchError: run f: journal has a step at plan")
+    assert len(lines) <= 4, short
+    assert "fork the run at the step" in short and "restore the code" in short
+    assert lines[-1] == "(the full traceback: %xmode Plain, then %tb)"
+    assert "_run.py" not in short
+    assert "Traceback (most recent call last)" in full
+    assert "_run.py" in full and "ReplayMismatchError: run f" in full
+
+
+def test_starting_a_finished_run_whose_code_changed_says_where_and_how_to_fork() -> None:
+    """It said only "already ended" (issue 31, section 4). A replay that writes nothing (no
+    step function runs) finds the first step where the code now differs."""
+
+    from kassette import MemoryStorage
+    from kassette import kassette as durable
+
+    storage, ran = MemoryStorage(), []
+
+    def plan(ctx: Any, task: Any) -> Any:
+        return ctx.step("plan", lambda: ran.append("plan") or "plan")
+
+    first = durable(plan, storage=storage)
+    first.start("task", run_id="ticket-1")
+    written = storage.read("ticket-1")
+    with pytest.raises(TerminalRunError, match="the code replays it unchanged"):
+        first.start("task", run_id="ticket-1")
+
+    @durable(storage=storage)
+    def agent(ctx: Any, task: Any) -> Any:
+        ctx.step("plan", lambda: ran.append("plan") or "plan")
+        return ctx.step("check", lambda: ran.append("check") or "checked")
+
+    with pytest.raises(TerminalRunError) as error:
+        agent.start("task", run_id="ticket-1")
+    message = str(error.value)
+    assert "the code now runs step 'check', which the journal does not have there" in message
+    assert "fork it where step 'check' is: agent.fork('ticket-1', offset=2)" in message
+    assert error.value.step_id == "check"
+    assert ran == ["plan"]  # the dry replay called no step function
+    assert storage.read("ticket-1") == written  # and wrote nothing
+    forked = agent.fork("ticket-1", offset=2, new_run_id="ticket-1b")  # the advice works
+    assert (forked.status, forked.result, ran) == ("success", "checked", ["plan", "check"])
+
+
+def test_a_finished_run_whose_prompt_changed_names_the_model_call_to_fork_at() -> None:
+    """The researcher's case: plan, then a journaled OpenAI call; the prompt is edited and the
+    finished run started again. The dry replay stops at the model call, before any request."""
+    import openai
+
+    from kassette import MemoryStorage
+    from kassette import kassette as durable
+    from kassette.integrations.openai import journaled
+    from kassette.testing import fake_model_server
+
+    storage = MemoryStorage()
+    with fake_model_server() as server:
+        client = openai.OpenAI(api_key="unused", base_url=server.openai_base_url)
+
+        def agent_asking(prompt: str) -> Any:
+            @durable(storage=storage)
+            def agent(ctx: Any, ticket: str) -> str:
+                ctx.step("plan", lambda: "plan")
+                reply = journaled(client, ctx).chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}]
+                )
+                return str(reply.choices[0].message.content)
+
+            return agent
+
+        agent_asking("Draft a reply.").start("ticket", run_id="ticket-1")
+        with pytest.raises(TerminalRunError) as error:
+            agent_asking("Draft a short reply.").start("ticket", run_id="ticket-1")
+        client.close()
+        assert server.request_count == 1  # the dry replay asked the model nothing
+    message = str(error.value)
+    assert "the code now differs at step 'chat.completions.create'" in message, message
+    assert "messages[0].content" in message
+    assert "agent.fork('ticket-1', offset=2)" in message

@@ -281,3 +281,67 @@ def test_a_whole_response_of_the_provider_is_kept_as_given(storage: MemoryStorag
     whole = {**message, "content": [{"type": "text", "text": "Whole."}]}
     fork_run(storage, "model", step="messages.create", result=whole, new_run_id="whole")
     assert next(e for e in _entries(storage, "whole") if e.get("edited"))["result"] == whole
+
+
+def changed_writer(storage: MemoryStorage, calls: Counter[str]) -> Any:
+    """`make_writer` whose code now waits for an event where the journal has its outline."""
+
+    @kassette(storage=storage)
+    def writer(ctx: Any, topic: str) -> str:
+        ctx.suspend("outline")
+        calls["final"] += 1
+        return str(ctx.step("final", lambda: "final"))
+
+    return writer
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_fork_whose_replay_fails_ends_failed_with_the_error_never_running(
+    storage: MemoryStorage, kind: str
+) -> None:
+    """It used to stay `running` forever, and the error's advice named that orphan (issue 31,
+    section 4): the fork now ends failed with the error, so the run it names exists."""
+    from kassette import ReplayMismatchError
+
+    calls: Counter[str] = Counter()
+    make_writer(storage, calls).start("kassette", run_id="source")
+    calls.clear()
+    writer = changed_writer(storage, calls)
+    if kind == "async":
+
+        @kassette(storage=storage)
+        async def changed(ctx: Any, topic: str) -> str:
+            await ctx.suspend("outline")
+            return "final"
+
+        def fork() -> Any:
+            return asyncio.run(changed.fork("source", step="final", new_run_id="f"))
+    else:
+
+        def fork() -> Any:
+            return writer.fork("source", step="final", new_run_id="f")
+
+    with pytest.raises(ReplayMismatchError, match="run f: journal has a step at outline") as e:
+        fork()
+    status = run_status(storage, "f")
+    assert status.status == "failed"
+    assert status.error is not None and status.error.name == "ReplayMismatchError"
+    assert status.error.message == str(e.value)
+    assert calls["final"] == 0
+    with pytest.raises(TerminalRunError):  # the same fork again: it ended
+        fork()
+
+
+def test_a_fan_out_branch_whose_replay_fails_reads_failed() -> None:
+    from kassette import explore as kx
+
+    storage, calls = MemoryStorage(), Counter[str]()
+    make_writer(storage, calls).start("kassette", run_id="source")
+    branches = kx.fan_out(changed_writer(storage, calls), "source", step="final", n=2)
+    assert branches.frame["status"].tolist() == ["failed", "failed"]
+    assert (
+        branches.frame["error"]
+        .str.startswith("ReplayMismatchError: run source.final.0")
+        .tolist()[0]
+    )
+    assert {run_status(storage, r).status for r in branches.run_ids} == {"failed"}

@@ -7,8 +7,8 @@ a crash, a kernel restart, or on purpose) forks nothing new: a branch that exist
 like a `start` of an existing run (finished ones only report their status), and a branch that
 does not exist yet is forked. A fan-out is as durable as a run.
 
-Branches run on threads (a `def` workflow) or as tasks on one event loop (an `async def` one,
-also where a notebook's loop is already running), or on any `concurrent.futures.Executor`:
+Branches run on threads (a `def` workflow) or as tasks on one event loop in a thread of its
+own (an `async def` one), or on any `concurrent.futures.Executor`:
 a `ProcessPoolExecutor`, or Dask's `distributed.Client.get_executor()` across machines, with
 journals on storage every worker reaches (`s3://`, a shared filesystem). Only `Branch`es and
 `RunResult`s cross the executor's boundary; scores are computed here, so `score` may be any
@@ -17,7 +17,6 @@ callable.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import warnings
@@ -32,9 +31,11 @@ from kassette._engine import RunResult
 from kassette._fork import plan_fork
 from kassette._workflow import AsyncWorkflow, Workflow
 from kassette.core import read_journal
-from kassette.errors import InvalidArgumentError, RunExistsError, RunNotFoundError
+from kassette.errors import InvalidArgumentError, RunNotFoundError
+from kassette.explore._branch_ids import check_branches
 from kassette.explore._progress import Budget, Watch, display_for
 from kassette.explore._running import (
+    INTERRUPT,
     AnyWorkflow,
     Board,
     Branch,
@@ -43,8 +44,10 @@ from kassette.explore._running import (
     Raised,
     Resume,
     Stop,
+    interrupts_deferred,
     resume_all,
     run_all,
+    settle,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Branches", "FanOutInterrupted", "fan_out"]
 
+# `Branches.frame`'s two status words beside RunResult's (kassette._engine.run_state reads both
+# as "running": the run is open)
 RAISED = "raised"  # a branch whose invocation raised: nothing journaled, a re-call retries it
 STOPPED = "stopped"  # a branch the fan-out stopped (or never started): open, a re-call continues
 FRAME_COLUMNS = [
@@ -74,12 +79,28 @@ class FanOutInterrupted(KeyboardInterrupt):
     `branches` holds what the fan-out reached: the branches that ended, and those it stopped
     (status "stopped", `stopped_by` "interrupt"), whose runs stay open. The same `fan_out`
     call continues them, replaying what they journaled. It is a `KeyboardInterrupt`, so code
-    that does not look for it stops as an interrupt would stop it.
+    that does not look for it stops as an interrupt would stop it. In a notebook, where the
+    cell's assignment never happened, `sys.last_value.branches` is the `Branches` afterwards.
+    Building it reads no journal (the frame is built when first asked for), and a notebook
+    shows it in a few lines (`_render_traceback_`).
     """
 
     def __init__(self, branches: Branches) -> None:
-        super().__init__(f"fan-out interrupted: {branches!r}")
+        super().__init__(f"fan-out of {branches.source} interrupted: {branches.summary()}")
         self.branches = branches
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it: the counts, how to continue, where the branches are."""
+        from kassette._tracebacks import short_traceback
+
+        return short_traceback(
+            self,
+            [
+                "Run the same kx.fan_out(...) call again to continue: it replays what the "
+                "branches journaled and runs the rest (a finished branch is not run again).",
+                "The branches so far: branches = sys.last_value.branches",
+            ],
+        )
 
 
 class Branches:
@@ -121,9 +142,20 @@ class Branches:
         return [branch.run_id for branch in self._branches]
 
     @property
-    def results(self) -> list[RunResult | None]:
+    def run_results(self) -> list[RunResult | None]:
         """Each branch's `RunResult` (None where its invocation raised or it was stopped)."""
         return [o if isinstance(o, RunResult) else None for o in self._outcomes]
+
+    @property
+    def results(self) -> list[RunResult | None]:
+        """Deprecated spelling of `run_results` (`fan_out(results=...)` is what goes in)."""
+        warnings.warn(
+            "Branches.results is deprecated: use Branches.run_results (fan_out's results= "
+            "are the edited results that go in)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.run_results
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -203,10 +235,32 @@ class Branches:
     def __len__(self) -> int:
         return len(self._branches)
 
+    def counts(self) -> dict[str, int]:
+        """How many branches have each `frame` status (read from the outcomes: no journal)."""
+        found: dict[str, int] = {}
+        for outcome in self._outcomes:
+            status = _status_of(outcome)
+            found[status] = found.get(status, 0) + 1
+        return found
+
+    def summary(self) -> str:
+        """`7 done (5 succeeded, 2 failed), 13 stopped`: a branch is done when its invocation
+        ended (succeeded, suspended, or failed: failed, canceled or raised); a stopped one is
+        not done (a re-call continues it)."""
+        counts = self.counts()
+        failed = sum(counts.get(status, 0) for status in ("failed", "canceled", RAISED))
+        done = {
+            "succeeded": counts.get("success", 0),
+            "suspended": counts.get("suspended", 0),
+            "failed": failed,
+        }
+        summary = f"{sum(done.values())} done"
+        if any(done.values()):
+            summary += " (" + ", ".join(f"{n} {word}" for word, n in done.items() if n) + ")"
+        return f"{summary}, {counts.get(STOPPED, 0)} stopped"
+
     def __repr__(self) -> str:
-        counts = self.frame["status"].value_counts()
-        summary = ", ".join(f"{count} {status}" for status, count in counts.items())
-        return f"<Branches of {self.source}: {len(self)} ({summary})>"
+        return f"<Branches of {self.source}: {len(self)} ({self.summary()})>"
 
     def _repr_html_(self) -> str:
         import html
@@ -270,6 +324,14 @@ class Branches:
         return self._params_of_source
 
 
+def _status_of(outcome: Outcome) -> str:
+    if isinstance(outcome, Raised):
+        return RAISED
+    if isinstance(outcome, Halted):
+        return STOPPED
+    return outcome.status
+
+
 def _params_of(storage: Any, run_id: str) -> dict[str, Any]:
     """The params a run was started (or forked) with; `{}` when none."""
     return dict(read_journal(storage, run_id).state.params or {})
@@ -313,8 +375,10 @@ def fan_out(
     `executor` runs the branches (default: threads, or one event loop for `async def`
     workflows), at most `max_workers` at once (default: all); `score` maps each successful
     branch's `RunResult` to a number for `Branches.best`. `budget` (`{"tokens": N}` and/or
-    `{"usd": X}`) stops the fan-out from starting new steps once its own model calls (in
-    this and earlier calls, not the copied prefix's) reach it; `progress` shows a live count
+    `{"usd": X}`) stops the fan-out from starting new steps and branches once its own model
+    calls (in this and earlier calls, not the copied prefix's) reach it, counted before every
+    step and at every branch's end: the calls in flight then finish, so it is passed by at
+    most those; `progress` shows a live count
     of branches and tokens (a notebook widget, a bar on a terminal's stderr).
 
     A branch that fails, suspends, raises or is stopped is a row of `Branches.frame`, never an
@@ -347,23 +411,37 @@ def fan_out(
         )
         for index, variant in enumerate(variants)
     ]
-    _check_branches(branches, kind, base)
+    check_branches(branches, kind, base)
     if isinstance(executor, ProcessPoolExecutor):
         _check_picklable(branches[0])
     board = Board(len(branches))
     stop = Stop(across_processes=executor is not None)
-    abandoned = True  # until run_all says otherwise: a stop flag must outlive its readers
+    watch = Watch(branches, board, stop, budget=limit, display=display_for(progress))
+    # until run_all says otherwise: branches may be running, and a stop flag must outlive them
+    interrupted, abandoned = False, True
     try:
-        with Watch(branches, board, stop, budget=limit, display=display_for(progress)):
-            interrupted, abandoned = run_all(
-                branches, executor, max_workers=max_workers, stop=stop, board=board
-            )
+        watch.start()
+        interrupted, abandoned = run_all(
+            branches, executor, max_workers=max_workers, stop=stop, board=board
+        )
+    except KeyboardInterrupt:  # one that reached past run_all's own handling
+        interrupted = True
+        stop.set(INTERRUPT)
     finally:
-        stop.close(abandoned=abandoned)
-    outcomes = [o for o in board.outcomes if o is not None]
-    found = Branches(branches, outcomes, score=score, executor=executor)
+        # what the branches reached, gathered (cheaply: no journal is loaded) with further
+        # interrupts held off, so the caller always gets it
+        with interrupts_deferred() as caught:
+            settle(branches, stop, board)
+            watch.close()
+            stop.close(abandoned=abandoned)
+            outcomes = [o for o in board.outcomes if o is not None]
+            found = Branches(branches, outcomes, score=score, executor=executor)
+            if interrupted or caught:
+                stop.set(INTERRUPT)
+                interrupted = True
+                error = FanOutInterrupted(found)
     if interrupted:
-        raise FanOutInterrupted(found)
+        raise error
     return found
 
 
@@ -426,100 +504,6 @@ def _prefix(prefix: str | None, run_id: str, step: str | None, cut: int) -> str:
         prefix = f"{run_id}.{_UNSAFE.sub('_', step) if step is not None else cut}"
     validate_run_id(f"{prefix}.0")
     return prefix
-
-
-def _check_branches(branches: Sequence[Branch], kind: str, base: str) -> None:
-    """Each branch id may hold only this same fork of the source, with this same difference
-    (kind and variant): a re-call that would report another fan-out's branches as its own is
-    refused, before anything runs."""
-    from kassette.storage import validate_run_id
-
-    source_params: dict[str, Any] | None = None
-    for branch in branches:
-        validate_run_id(branch.run_id)
-        try:
-            journal = read_journal(branch.workflow.storage, branch.run_id)
-        except RunNotFoundError:
-            continue
-        state, expected = journal.state, {"runId": branch.source, "fromOffset": branch.offset}
-        if state.source != expected:
-            what = (
-                f"a fork of {state.source['runId']} at offset {state.source['fromOffset']}"
-                if state.source
-                else "not a fork"
-            )
-            raise RunExistsError(
-                f"branch {branch.run_id} already exists and is {what}, not a fork of "
-                f"{branch.source} at offset {branch.offset}: pass another prefix",
-                run_id=branch.run_id,
-            )
-        if source_params is None:
-            source_params = _params_of(branch.workflow.storage, branch.source)
-        found = _difference(journal, source_params, branch.workflow.version)
-        wanted = _difference_of(branch, kind, source_params)
-        if found != wanted:
-            free = _free_prefix(branch.workflow.storage, f"{base}.{kind}")
-            raise InvalidArgumentError(
-                f"prefix {base!r} holds another fan-out's branches: {branch.run_id} is "
-                f"{_described(found)}, not {_described(wanted)}: pass prefix={free!r}",
-                run_id=branch.run_id,
-            )
-
-
-Difference = tuple[str, Any]  # how a branch differs from its source: (kind, variant)
-
-
-def _difference(journal: Any, source_params: dict[str, Any], version: str | None) -> Difference:
-    """How an existing branch differs from its source, as far as its journal tells."""
-    edit = _edited_value(journal)
-    if edit is not None:
-        return "results", edit
-    params = journal.state.params or {}
-    if params != source_params:
-        return "params", params
-    if journal.state.version != version:
-        return "workflows", journal.state.version
-    return "n", None
-
-
-def _difference_of(branch: Branch, kind: str, source_params: dict[str, Any]) -> Difference:
-    """How `branch` will differ from its source (what `_difference` will read back)."""
-    if kind == "results":
-        return "results", branch.edit
-    if kind == "params" and branch.params != source_params:
-        return "params", branch.params
-    if kind == "workflows":
-        return "workflows", branch.workflow.version
-    return "n", None  # params equal to the source's read back as a sample
-
-
-def _described(difference: Difference) -> str:
-    kind, variant = difference
-    if kind == "n":
-        return "a sample (n=) of the same run"
-    if kind == "results":
-        return f"a branch with the edited result {json.dumps(variant[0])[:80]}"
-    if kind == "params":
-        return f"a branch with params {json.dumps(variant)[:80]}"
-    return f"a branch of workflow version {variant!r}"
-
-
-def _free_prefix(storage: Any, wanted: str) -> str:
-    """`wanted`, or `wanted-2`, `wanted-3`, ...: the first whose branch 0 does not exist."""
-    for number in range(1, 1000):
-        candidate = wanted if number == 1 else f"{wanted}-{number}"
-        if storage.read(f"{candidate}.0") is None:
-            return candidate
-    return f"{wanted}-{number}"
-
-
-def _edited_value(journal: Any) -> tuple[Any] | None:
-    """The result (or value) a fork recorded at its fork point, if it edited it."""
-    created = journal.state.creation_offset
-    for entry in journal.entries[created + 1 : created + 3]:
-        if entry.get("edited") is True:
-            return (entry["result"] if entry["type"] == "step" else entry.get("value"),)
-    return None
 
 
 def _check_picklable(branch: Branch) -> None:

@@ -130,10 +130,13 @@ class Journals:
         return Path(directory)
 
     def reload(self) -> Journals:
-        """The same runs (or, if all runs were loaded, all runs) read again from storage."""
-        if self.storage is None:
-            raise InvalidArgumentError("these journals were not loaded from a storage")
-        return load(self.storage, run_ids=self._run_ids)
+        """Deprecated: `refresh()` reads what changed (docs/reference.md, decision 13)."""
+        warnings.warn(
+            "Journals.reload() is deprecated; use Journals.refresh()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.refresh()
 
     def refresh(self) -> Journals:
         """These journals with every run whose journal changed since it was read read again,

@@ -163,11 +163,12 @@ class Progress:
         )
 
     @property
-    def ended(self) -> int:
-        return self.succeeded + self.failed + self.suspended + self.stopped
+    def done(self) -> int:
+        """Branches whose invocation ended: a stopped one is not done (a re-call continues it)."""
+        return self.succeeded + self.failed + self.suspended
 
     def text(self) -> str:
-        parts = [f"{self.ended}/{self.total} branches", f"{self.running} running"]
+        parts = [f"{self.done}/{self.total} done", f"{self.running} running"]
         parts += [f"{self.succeeded} succeeded", f"{self.failed} failed"]
         parts.append(f"{self.suspended} suspended")
         if self.stopped:
@@ -196,7 +197,7 @@ class TerminalBar:
         self._stream = stream
 
     def show(self, progress: Progress) -> None:
-        filled = _BAR_WIDTH * progress.ended // max(progress.total, 1)
+        filled = _BAR_WIDTH * progress.done // max(progress.total, 1)
         bar = "#" * filled + "." * (_BAR_WIDTH - filled)
         self._stream.write(f"\rfan-out [{bar}] {progress.text()}\x1b[K")
         self._stream.flush()
@@ -287,20 +288,23 @@ class Watch:
         self._thread: threading.Thread | None = None
         if budget is not None:  # a re-call counts what earlier calls spent
             self._look(everyone=True)
-            # a branch in this process counts its own calls at each step boundary, so the
-            # budget stops the next step exactly; other processes' wait for the next look
+            # Counted before every step of a branch in this process, and when any branch
+            # ends (before the fan-out starts another): everything journaled so far by the
+            # branches running. So no step, and no branch, starts once the budget is reached;
+            # the calls already in flight then finish. Other processes' branches wait for the
+            # next look (WATCH_S).
             index = {branch.run_id: number for number, branch in enumerate(branches)}
             stop.on_step = lambda run_id: self._count(index[run_id])
+            board.on_end = self._count
 
-    def __enter__(self) -> Watch:
+    def start(self) -> None:
         if self._budget is not None or self._display is not None:
             self._thread = threading.Thread(
                 target=self._watch, name="kassette-fan-out-watch", daemon=True
             )
             self._thread.start()
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def close(self) -> None:
         self._done.set()
         if self._thread is not None:
             self._thread.join()
@@ -313,8 +317,11 @@ class Watch:
             if self._display is not None:
                 self._display.show(progress)
 
-    def _count(self, index: int) -> None:
-        self._ledger.read(index)
+    def _count(self, this: int) -> None:
+        """Count what branch `this` and every other running branch journaled; stop the
+        fan-out if that reaches the budget."""
+        for index in {this, *self._board.unread()}:
+            self._ledger.read(index)
         if self._budget is not None and self._budget.reached(self._ledger.total()):
             self._stop.set(BUDGET)
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import (
     FIRST_COMPLETED,
     Executor,
@@ -36,6 +36,7 @@ from concurrent.futures import (
     ThreadPoolExecutor,
     wait,
 )
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +182,8 @@ class Board:
         self._running: set[int] = set()
         self._unread: set[int] = set()  # ended since the progress display last read them
         self._lock = threading.Lock()
+        # what a branch's end also asks, before the fan-out starts another (the budget's count)
+        self.on_end: Callable[[int], None] | None = None
 
     def started(self, index: int) -> None:
         with self._lock:
@@ -191,6 +194,8 @@ class Board:
             self._running.discard(index)
             self._unread.add(index)
             self.outcomes[index] = outcome
+        if self.on_end is not None:
+            self.on_end(index)
 
     def unread(self, *, everyone: bool = False) -> list[int]:
         """The branches whose journals may have grown since this was last asked: the running
@@ -199,6 +204,10 @@ class Board:
             indexes = range(len(self.outcomes)) if everyone else self._running | self._unread
             self._unread.clear()
             return sorted(indexes)
+
+    def running(self) -> set[int]:
+        with self._lock:
+            return set(self._running)
 
     def snapshot(self) -> tuple[int, list[Outcome]]:
         """(how many branches are running, the outcomes so far)."""
@@ -219,10 +228,69 @@ def _existing(branch: Branch) -> RunResult | None:
     return reported(branch.run_id, status)
 
 
+class _InFlight:
+    """The branches running in this process, by run id: a fan-out called again (after a
+    second interrupt left a step running in the background) waits for the earlier
+    invocation of a branch to end before it continues that branch, so no step runs twice."""
+
+    def __init__(self) -> None:
+        self._ended: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def enter(self, run_id: str) -> threading.Event:
+        ended = threading.Event()
+        with self._lock:
+            self._ended[run_id] = ended
+        return ended
+
+    def leave(self, run_id: str, ended: threading.Event) -> None:
+        with self._lock:
+            if self._ended.get(run_id) is ended:
+                del self._ended[run_id]
+        ended.set()
+
+    def earlier(self, run_id: str) -> threading.Event | None:
+        with self._lock:
+            return self._ended.get(run_id)
+
+
+IN_FLIGHT = _InFlight()
+_IN_FLIGHT_POLL_S = 0.05
+
+
+def _wait_for_earlier(branch: Branch, stop: Stop) -> None:
+    """Wait until an earlier invocation of this branch in this process has ended (see
+    `_InFlight`); this fan-out's own stop still stops the wait."""
+    earlier = IN_FLIGHT.earlier(branch.run_id)
+    while earlier is not None and not earlier.wait(_IN_FLIGHT_POLL_S):
+        stop.check()
+
+
+async def _await_earlier(branch: Branch, stop: Stop) -> None:
+    import asyncio
+
+    earlier = IN_FLIGHT.earlier(branch.run_id)
+    while earlier is not None and not earlier.is_set():
+        stop.check()
+        await asyncio.sleep(_IN_FLIGHT_POLL_S)
+
+
 def run_branch(branch: Branch, stop: Stop) -> Outcome:
     """Fork (or retry) one branch and run it: what an executor runs. Never raises."""
     try:
         _ignore_interrupts_in_worker()
+        _wait_for_earlier(branch, stop)
+    except Stopped as stopped:
+        return Halted(branch.run_id, stopped.reason)
+    ended = IN_FLIGHT.enter(branch.run_id)
+    try:
+        return _run_branch(branch, stop)
+    finally:
+        IN_FLIGHT.leave(branch.run_id, ended)
+
+
+def _run_branch(branch: Branch, stop: Stop) -> Outcome:
+    try:
         reported = _existing(branch)
         if reported is not None:
             return reported
@@ -237,11 +305,23 @@ def run_branch(branch: Branch, stop: Stop) -> Outcome:
     except Stopped as stopped:
         return Halted(branch.run_id, stopped.reason)
     except Exception as exc:
-        return Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
+        return _raised(branch, exc)
 
 
 async def run_branch_async(branch: Branch, stop: Stop) -> Outcome:
-    """`run_branch` for an `AsyncWorkflow`, as a task on the caller's loop."""
+    """`run_branch` for an `AsyncWorkflow`, as a task of the fan-out's loop."""
+    try:
+        await _await_earlier(branch, stop)
+    except Stopped as stopped:
+        return Halted(branch.run_id, stopped.reason)
+    ended = IN_FLIGHT.enter(branch.run_id)
+    try:
+        return await _run_branch_async(branch, stop)
+    finally:
+        IN_FLIGHT.leave(branch.run_id, ended)
+
+
+async def _run_branch_async(branch: Branch, stop: Stop) -> Outcome:
     try:
         reported = _existing(branch)
         if reported is not None:
@@ -254,7 +334,21 @@ async def run_branch_async(branch: Branch, stop: Stop) -> Outcome:
     except Stopped as stopped:
         return Halted(branch.run_id, stopped.reason)
     except Exception as exc:
-        return Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
+        return _raised(branch, exc)
+
+
+def _raised(branch: Branch, exc: Exception) -> Outcome:
+    """A branch whose invocation raised: `Raised`, unless the invocation ended its run (a fork
+    whose replay failed is failed with the error), which then reports that end."""
+    try:
+        ended = _existing(branch)
+    except Exception:  # the storage that raised may raise again: the first error tells
+        ended = None
+    return (
+        ended
+        if ended is not None
+        else Raised(branch.run_id, ErrorInfo(type(exc).__name__, str(exc)))
+    )
 
 
 def _ignore_interrupts_in_worker() -> None:
@@ -300,11 +394,34 @@ def run_all(
         pool.shutdown(wait=not abandoned, cancel_futures=True)
     else:
         interrupted, abandoned = _on_executor(branches, executor, limit, stop, board)
-    for index, outcome in enumerate(board.outcomes):
-        if outcome is None:  # never started: unless it ended in an earlier call, it stopped
-            halted = Halted(branches[index].run_id, stop.reason or INTERRUPT)
-            board.ended(index, _existing(branches[index]) or halted)
     return interrupted, abandoned
+
+
+def settle(branches: Sequence[Branch], stop: Stop, board: Board) -> None:
+    """Give every branch without an outcome one: one never started is what an earlier call
+    left it (its end), else stopped; one still running (left to stop on its own) stopped."""
+    for index, outcome in enumerate(board.outcomes):
+        if outcome is None:
+            halted = Halted(branches[index].run_id, stop.reason or INTERRUPT)
+            running = index in board.running()
+            board.ended(index, halted if running else _existing(branches[index]) or halted)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[list[int]]:
+    """While a stopped fan-out gathers what its branches reached, an interrupt (a second or
+    third Ctrl-C) is noted, not raised: the fan-out is stopping already, and what it raises
+    (`FanOutInterrupted`, with its branches) must not be lost to a bare `KeyboardInterrupt`.
+    Yields the list the SIGINTs received are appended to. Only the main thread can do this."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _on_executor(
@@ -329,9 +446,9 @@ def _on_executor(
         try:
             while queue and len(running) < limit and not stop.is_set():
                 index = queue[0]
+                board.started(index)  # first: the branch may reach a step before submit returns
                 running[_submit(executor, branches[index], stop)] = index
                 queue.popleft()
-                board.started(index)
             done, _ = wait(running, timeout=WAIT_S, return_when=FIRST_COMPLETED)
             end(done)
         except KeyboardInterrupt:
@@ -368,54 +485,56 @@ def _submit(executor: Executor, branch: Branch, stop: Stop) -> Future[Any]:
 def _on_one_loop(
     branches: Sequence[Branch], limit: int, stop: Stop, board: Board
 ) -> tuple[bool, bool]:
-    """All branches as tasks of one event loop; in a thread of its own when this thread
-    already runs a loop (a notebook's), which cannot be blocked on. (interrupted, abandoned)."""
+    """All branches as tasks of one event loop, in a thread of its own: a notebook's thread
+    already runs a loop, which cannot be blocked on, and anywhere an interrupt must reach this
+    thread, not the loop (`asyncio.run` answers a second SIGINT by canceling every task, a
+    step in flight included). The first interrupt stops the branches at their next step; a
+    second stops waiting for them: the steps in flight finish on that thread, journaled, and
+    their branches stop there (`IN_FLIGHT` keeps a re-call from running them meanwhile).
+    (interrupted, abandoned)."""
     import asyncio
 
     async def run(index: int, slots: asyncio.Semaphore) -> None:
         async with slots:
+            if stop.is_set():  # never start a branch once the fan-out stopped
+                return
             board.started(index)
             board.ended(index, await run_branch_async(branches[index], stop))
 
-    async def gather() -> bool:
+    async def gather() -> None:
         slots = asyncio.Semaphore(limit)
-        tasks = [asyncio.ensure_future(run(index, slots)) for index in range(len(branches))]
-        interrupted = False
-        while True:
-            try:
-                await asyncio.wait(tasks)  # unlike gather, leaves the tasks alone if cancelled
-                return interrupted
-            except asyncio.CancelledError:  # asyncio.run's answer to SIGINT
-                if interrupted:
-                    raise
-                interrupted = True
-                stop.set(INTERRUPT)
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
+        await asyncio.gather(*(run(index, slots) for index in range(len(branches))))
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        try:
-            return asyncio.run(gather()), False
-        except KeyboardInterrupt:  # a second interrupt: asyncio.run canceled the branches
-            stop.set(INTERRUPT)
-            return True, False
     pool = ThreadPoolExecutor(1, thread_name_prefix="kassette-fan-out")
     future = pool.submit(asyncio.run, gather())
     interrupted = False
     try:
         while True:
             try:
-                return future.result() or interrupted, False
+                future.result()
+                return interrupted, False
             except KeyboardInterrupt:
                 if interrupted:  # a second interrupt: the loop's branches stop on their own
+                    _finish_before_exit(future)
                     return True, True
                 interrupted = True
                 stop.set(INTERRUPT)
     finally:
         pool.shutdown(wait=False)
+
+
+def _finish_before_exit(future: Future[Any]) -> None:
+    """If the interpreter exits (a script's second Ctrl-C), let the loop left running finish
+    its steps in flight first. An async invocation journals through an executor of its own,
+    and executors take no work once the interpreter's exit has begun, so this must run before
+    `concurrent.futures` shuts them down: `threading`'s exit hooks run in reverse order of
+    registration, before that module's own (registered when it was imported). Where the hook
+    is missing, the steps in flight are not journaled and a re-call runs them again."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    with suppress(RuntimeError):  # the interpreter is exiting already
+        register(lambda: wait([future]))
 
 
 @dataclass(frozen=True)

@@ -107,5 +107,9 @@ def run_agent(storage: Storage, server: Any) -> kx.Branches:
         )
         return {"reply": draft, "critique": critique.content[0].text}
 
-    support.start(TICKET, run_id=SOURCE)
-    return kx.fan_out(support, SOURCE, step="draft", params=temperatures(), progress=False)
+    try:
+        support.start(TICKET, run_id=SOURCE)
+        return kx.fan_out(support, SOURCE, step="draft", params=temperatures(), progress=False)
+    finally:  # an unclosed client's sockets warn later, in whichever test the GC runs in
+        gpt.close()
+        claude.close()

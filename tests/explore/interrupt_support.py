@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -51,10 +52,21 @@ def sleepy(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
         return step
 
     ctx.step("plan", lambda: work("plan", 0))
-    ctx.step("draft", lambda: work("draft", 0))
+    ctx.step("draft", lambda: completion(work("draft", 0)))
     for number in range(WORK_STEPS):
         ctx.step(f"work{number}", lambda n=number: work(f"work{n}", task["sleep"]))
     return {"done": run_id}
+
+
+def completion(text: str) -> dict[str, Any]:
+    """`text` as an OpenAI chat completion (so "draft" is a model call, editable by text)."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 90, "completion_tokens": 10, "total_tokens": 100},
+    }
 
 
 async def sleepy_async(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
@@ -67,15 +79,31 @@ async def sleepy_async(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
         return step
 
     await ctx.step("plan", lambda: work("plan", 0))
-    await ctx.step("draft", lambda: work("draft", 0))
+    await ctx.step("draft", lambda: _completed(work("draft", 0)))
     for number in range(WORK_STEPS):
         await ctx.step(f"work{number}", lambda n=number: work(f"work{n}", task["sleep"]))
     return {"done": run_id}
 
 
-def workflow(root: Path, mode: str) -> Any:
+async def _completed(text: Any) -> dict[str, Any]:
+    return completion(await text)
+
+
+def workflow(root: Path, mode: str, version: str | None = None) -> Any:
     storage = LocalStorage(root / "journals")
-    return kassette(sleepy_async if mode == "loop" else sleepy, storage=storage)
+    fn = sleepy_async if mode == "loop" else sleepy
+    return kassette(fn, storage=storage, version=version)
+
+
+def variants(root: Path, mode: str, kind: str) -> dict[str, Any]:
+    """How the branches of a `kind` fan-out differ: `n`, `results` (an answer's text each, at
+    the model call "draft"), or `workflows` (two versions of the code, alternating)."""
+    if kind == "results":
+        return {"results": [f"answer {number}" for number in range(BRANCHES)]}
+    if kind == "workflows":
+        two = [workflow(root, mode), workflow(root, mode, "v2")]
+        return {"workflows": [two[number % 2] for number in range(BRANCHES)]}
+    return {"n": BRANCHES}
 
 
 def executor_for(mode: str) -> Executor | None:
@@ -95,19 +123,28 @@ def executor_for(mode: str) -> Executor | None:
     return None
 
 
-def child(root: Path, mode: str) -> int:
-    """Fan out "root" at "draft" into BRANCHES branches; print how it ended as one JSON line.
-    Exit status 130 when interrupted, as a shell reports Ctrl-C."""
+def child(root: Path, mode: str, kind: str = "n") -> int:
+    """Fan out "root" at "draft" into BRANCHES branches (differing by `kind`, see `variants`);
+    print how it ended as one JSON line. Exit status 130 when interrupted, as a shell reports
+    Ctrl-C."""
     from kassette import explore as kx
 
     executor = executor_for(mode)
     print(json.dumps({"ready": time.time()}), flush=True)
     try:
         branches = kx.fan_out(
-            workflow(root, mode), "root", step="draft", n=BRANCHES, executor=executor
+            workflow(root, mode),
+            "root",
+            step="draft",
+            executor=executor,
+            **variants(root, mode, kind),
         )
     except kx.FanOutInterrupted as interrupted:
         caught = time.time()
+        # a test that keeps interrupting stops at the next line; what it sent meanwhile is
+        # not for the lines after it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(json.dumps({"caught": caught, "summary": str(interrupted)}), flush=True)
         frame = interrupted.branches.frame
         print(
             json.dumps(
@@ -125,5 +162,22 @@ def child(root: Path, mode: str) -> int:
     return 0
 
 
+def child_again(root: Path, mode: str) -> int:
+    """`child`, but once interrupted, the same call again in this process at once (as a
+    notebook user re-runs the cell): print the re-call's statuses as one JSON line."""
+    from kassette import explore as kx
+
+    print(json.dumps({"ready": time.time()}), flush=True)
+    call = {"step": "draft", "n": BRANCHES}
+    try:
+        kx.fan_out(workflow(root, mode), "root", **call)  # type: ignore[arg-type]
+    except kx.FanOutInterrupted as interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(json.dumps({"caught": time.time(), "summary": str(interrupted)}), flush=True)
+    branches = kx.fan_out(workflow(root, mode), "root", **call)  # type: ignore[arg-type]
+    print(json.dumps({"status": branches.frame["status"].tolist()}), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(child(Path(sys.argv[1]), sys.argv[2]))
+    sys.exit(child(Path(sys.argv[1]), sys.argv[2], *sys.argv[3:]))

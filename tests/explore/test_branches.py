@@ -196,7 +196,7 @@ def test_journals_and_compare_cover_the_branches(tmp_path: Path) -> None:
     compared = branches.compare()
     assert list(compared.columns[:3]) == ["root", "root.draft.0", "root.draft.1"]
     assert json.loads(compared.loc["plan", "root.draft.0"]) == "plan for ship"
-    assert "Branches of root: 2 (2 success)" in repr(branches)
+    assert repr(branches) == "<Branches of root: 2 (2 done (2 succeeded), 0 stopped)>"
     assert "root.draft.1" in branches._repr_html_()
 
 
@@ -283,6 +283,68 @@ def test_results_fork_with_the_step_edited_and_not_run(storage: MemoryStorage) -
     assert again.frame["status"].tolist() == ["success", "success"]
     with pytest.raises(InvalidArgumentError, match='with the edited result "mine", not'):
         kx.fan_out(agent, "root", step="draft", results=["yours", {"a": 1}])
+
+
+def chat_agent(storage: Storage, calls: list[str], version: str | None = None) -> Any:
+    """plan, then a model call ("chat", an OpenAI chat completion), then "finish"."""
+
+    @kassette(storage=storage, version=version)
+    def agent(ctx: Any, task: Any) -> str:
+        ctx.step("plan", lambda: "plan")
+
+        def chat() -> dict[str, Any]:
+            calls.append(ctx.run_id)
+            return {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": "gpt-4o-mini",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
+            }
+
+        reply = ctx.step("chat", chat)
+        return str(ctx.step("finish", lambda: f"{version}: {reply['choices'][0]['message']}"))
+
+    return agent
+
+
+def test_a_fan_out_of_answer_texts_at_a_model_call_is_its_own_on_a_re_call() -> None:
+    """A text edit is recorded as a response carrying it: the re-call compares what the fork
+    records, not the text (issue 32, item 6)."""
+    storage, calls = MemoryStorage(), []
+    agent = chat_agent(storage, calls)
+    agent.start(None, run_id="root")
+    first = kx.fan_out(agent, "root", step="chat", results=["yes", "no"], progress=False)
+    assert first.frame["status"].tolist() == ["success", "success"]
+    again = kx.fan_out(agent, "root", step="chat", results=["yes", "no"], progress=False)
+    assert again.frame["result"].tolist() == first.frame["result"].tolist()
+    assert calls == ["root"]  # the edits are never asked of the model
+    with pytest.raises(InvalidArgumentError, match=r'branch with the edited result \{"id"'):
+        kx.fan_out(agent, "root", step="chat", results=["yes", "maybe"], progress=False)
+
+
+def test_a_fan_out_of_workflow_versions_is_its_own_on_a_re_call() -> None:
+    storage, calls = MemoryStorage(), []
+    one, two = chat_agent(storage, calls, "v1"), chat_agent(storage, calls, "v2")
+    one.start(None, run_id="root")
+    first = kx.fan_out(one, "root", step="finish", workflows=[one, two], progress=False)
+    assert [r.split(":")[0] for r in first.frame["result"]] == ["v1", "v2"]
+    again = kx.fan_out(one, "root", step="finish", workflows=[one, two], progress=False)
+    assert again.frame["result"].tolist() == first.frame["result"].tolist()
+    with pytest.raises(InvalidArgumentError, match=r"root\.finish\.1 is a branch of workflow "):
+        kx.fan_out(one, "root", step="finish", workflows=[one, one], progress=False)
+    with pytest.raises(InvalidArgumentError, match=r"root\.finish\.1 is a branch of workflow "):
+        kx.fan_out(one, "root", step="finish", n=2, progress=False)
+
+
+def test_run_results_are_what_the_invocations_returned_and_results_is_deprecated() -> None:
+    storage, calls = MemoryStorage(), []
+    agent = chat_agent(storage, calls)
+    agent.start(None, run_id="root")
+    branches = kx.fan_out(agent, "root", step="chat", n=2, progress=False)
+    assert [r.run_id for r in branches.run_results if r] == ["root.chat.0", "root.chat.1"]
+    with pytest.warns(DeprecationWarning, match="use Branches.run_results"):
+        assert branches.results == branches.run_results
 
 
 def test_a_branch_that_does_not_replay_a_copied_step_reports_it(storage: MemoryStorage) -> None:

@@ -10,6 +10,7 @@ import pty
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from kassette import InvalidArgumentError, MemoryStorage, Storage, kassette
 from kassette import explore as kx
-from kassette.core import run_status
+from kassette.core import read_journal, run_status
 from kassette.explore._progress import Progress, Spent, TerminalBar, display_for
 from kassette.explore._running import Stop
 
@@ -176,7 +177,7 @@ def test_a_default_prefix_holding_another_kind_of_fan_out_is_refused_naming_a_pr
         kx.fan_out(agent, "root", offset=2, n=3, progress=False)
     assert "pass prefix='root.2.n'" in str(n.value)
     with pytest.raises(InvalidArgumentError, match="not a branch with the edited result"):
-        kx.fan_out(agent, "root", offset=2, results=[{"x": 1}], progress=False)
+        kx.fan_out(agent, "root", offset=2, results=["an answer"], progress=False)
     with pytest.raises(InvalidArgumentError, match=r"params \{\"t\": 0\.1\}, not .*0\.5"):
         kx.fan_out(agent, "root", offset=2, params=[{"t": 0.5}], progress=False)
     assert calls == []  # refused before anything ran
@@ -223,12 +224,13 @@ def test_the_terminal_bar_counts_branches_and_tokens() -> None:
     progress = Progress.of(6, 2, outcomes, Spent(3, 1234, 0.0), stop)
     bar.close(progress)
     line = stream.getvalue()
-    assert line.startswith("\rfan-out [################........] 4/6 branches")
+    # the stopped branch is not done: 3 of 6 are (issue 31, section 4)
+    assert line.startswith("\rfan-out [############............] 3/6 done")
     assert "2 running · 1 succeeded · 1 failed · 1 suspended · 1 stopped" in line
     assert "3 model calls, 1,234 tokens" in line and "stopping (budget)" in line
     bar.close(Progress.of(4, 0, outcomes, Spent(3, 1234, 0.0), stop))
     assert stream.getvalue().endswith(
-        "[########################] 4/4 branches · 0 running · "
+        "[##################......] 3/4 done · 0 running · "
         "1 succeeded · 1 failed · 1 suspended · 1 stopped · 3 model calls, 1,234 tokens · "
         "stopped by budget\x1b[K\n"
     )
@@ -275,7 +277,113 @@ def test_on_a_terminal_the_bar_goes_to_stderr_and_progress_false_silences_it() -
         os.close(leader)
         assert done.stdout == b""  # the bar never goes to stdout
         if setting == "on":
-            assert b"\rfan-out [########################] 3/3 branches" in shown, shown
+            assert b"\rfan-out [########################] 3/3 done" in shown, shown
             assert b"3 succeeded" in shown
         else:
             assert shown == b"", shown
+
+
+class CountingStorage(MemoryStorage):
+    """A `MemoryStorage` that counts its reads."""
+
+    reads = 0
+
+    def read(self, run_id: str) -> Any:
+        self.reads += 1
+        return super().read(run_id)
+
+
+def test_the_interrupt_and_the_branches_summary_read_no_journal() -> None:
+    """Building `FanOutInterrupted` used to load every branch's journal into pandas (3.8 s
+    after a 0.3 s step, issue 32 item 8): its counts come from the outcomes in hand."""
+    from kassette._engine import RunResult
+    from kassette._state import ErrorInfo
+    from kassette.explore._running import Branch, Halted, Raised
+
+    storage = CountingStorage()
+    agent = kassette(lambda ctx, task: None, storage=storage)
+    branches = [Branch(agent, "root", 2, f"root.2.{n}") for n in range(4)]
+    outcomes = [
+        RunResult("root.2.0", "success"),
+        RunResult("root.2.1", "failed", error=ErrorInfo("KeyError", "x")),
+        Raised("root.2.2", ErrorInfo("ReplayMismatchError", "y")),
+        Halted("root.2.3", "interrupt"),
+    ]
+    found = kx.Branches(branches, outcomes, score=None, executor=None)
+    error = kx.FanOutInterrupted(found)
+    assert str(error) == "fan-out of root interrupted: 3 done (1 succeeded, 2 failed), 1 stopped"
+    assert repr(found) == "<Branches of root: 4 (3 done (1 succeeded, 2 failed), 1 stopped)>"
+    shown = "\n".join(error._render_traceback_())
+    assert "Run the same kx.fan_out(...) call again to continue" in shown
+    assert "branches = sys.last_value.branches" in shown
+    assert storage.reads == 0
+
+
+def test_a_dollar_budget_counts_a_branchs_last_call_before_the_next_branch_starts() -> None:
+    """Each branch's model call is its last step: the budget used to see it only at a later
+    step boundary, so all 12 branches ran (issue 30, section 4)."""
+    from kassette._llm_calls import read_llm_result as read_model_result
+    from kassette.explore._cost import call_costs
+
+    call = read_model_result(completion(TOKENS_PER_CALL))
+    assert call is not None
+    [price] = call_costs([(call.provider, call.model, call.usage)])
+    assert price is not None
+    storage, calls = MemoryStorage(), []
+
+    @kassette(storage=storage)
+    def agent(ctx: Any, task: Any) -> Any:
+        ctx.step("plan", lambda: "plan")
+
+        def chat() -> dict[str, Any]:
+            calls.append(ctx.run_id)
+            return completion(TOKENS_PER_CALL)
+
+        return ctx.step("chat", chat)
+
+    agent.start(None, run_id="root")
+    calls.clear()
+    branches = kx.fan_out(
+        agent, "root", step="chat", n=12, max_workers=1, budget={"usd": 2.5 * price}
+    )
+    assert calls == ["root.chat.0", "root.chat.1", "root.chat.2"]  # 1x, 2x, then 3x > 2.5x
+    assert branches.frame["status"].tolist() == ["success"] * 3 + ["stopped"] * 9
+    assert set(branches.frame["stopped_by"][3:]) == {"budget"}
+
+
+def test_a_budget_sees_every_call_journaled_before_a_step_starts() -> None:
+    """Branch 1 waits until branch 0's call (its last step) is journaled, then comes to its
+    own call: with a budget of one call, that step must not start. It used to count only its
+    own journal at its step boundaries and the others' at the next look (0.2 s), so calls
+    passed the budget by more than the calls in flight (issue 32, item 9)."""
+    storage, calls = MemoryStorage(), []
+
+    @kassette(storage=storage)
+    def agent(ctx: Any, task: Any) -> Any:
+        ctx.step("plan", lambda: "plan")
+
+        def wait() -> str:
+            if ctx.run_id.endswith(".1"):
+                for _ in range(BARRIER_LIMIT_S * 1000):  # until branch 0's call is journaled
+                    if any(
+                        e.get("stepId") == "chat"
+                        for e in read_journal(storage, "root.wait.0").entries
+                        if e["offset"] > 2
+                    ):
+                        break
+                    time.sleep(0.001)
+            return "waited"
+
+        def chat() -> dict[str, Any]:
+            calls.append(ctx.run_id)
+            return completion(TOKENS_PER_CALL)
+
+        ctx.step("wait", wait)
+        return ctx.step("chat", chat)
+
+    agent.start(None, run_id="root")
+    calls.clear()
+    budget = {"tokens": TOKENS_PER_CALL}
+    branches = kx.fan_out(agent, "root", step="wait", n=2, max_workers=2, budget=budget)
+    assert calls == ["root.wait.0"]
+    assert branches.frame["status"].tolist() == ["success", "stopped"]

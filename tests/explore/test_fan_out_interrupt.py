@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,7 +25,7 @@ import interrupt_support
 import pytest
 from interrupt_support import BRANCHES, WORK_STEPS, calls
 
-from kassette.core import run_status
+from kassette.core import read_journal, run_status
 
 HERE = Path(__file__).parent
 STEP_S = 1.5
@@ -32,10 +33,11 @@ RETURN_BOUND_S = 10.0  # 2 s + the longest step in flight (1.5 s), with room for
 WAIT_LIMIT_S = 120
 
 
-def _child(root: Path, mode: str) -> subprocess.Popen[str]:
+def _child(root: Path, mode: str, kind: str = "n") -> subprocess.Popen[str]:
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); import interrupt_support; "
-        f"sys.exit(interrupt_support.child(__import__('pathlib').Path({str(root)!r}), {mode!r}))"
+        f"sys.exit(interrupt_support.child(__import__('pathlib').Path({str(root)!r}), {mode!r}, "
+        f"{kind!r}))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen(
@@ -105,3 +107,148 @@ def test_sigint_stops_the_fan_out_at_step_boundaries_and_the_same_call_continues
     per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
     assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
     assert len(per_step) == BRANCHES * (1 + WORK_STEPS)  # draft and the work steps, each once
+
+
+@pytest.mark.parametrize(("mode", "kind"), [("threads", "results"), ("loop", "workflows")])
+def test_an_interrupted_fan_out_of_edited_answers_or_of_workflows_continues(
+    tmp_path: Path, mode: str, kind: str
+) -> None:
+    """results= at a model call (each edit a text the fork makes a response of) and
+    workflows= of two versions: the same call again continues their branches, where it used
+    to refuse them as "another fan-out's branches" (issue 32, item 6)."""
+    source = interrupt_support.workflow(tmp_path, mode)
+    start = source.start({"root": str(tmp_path), "sleep": STEP_S}, run_id="root")
+    if mode == "loop":
+        import asyncio
+
+        start = asyncio.run(start)
+    assert start.status == "success"
+    child = _child(tmp_path, mode, kind)
+    _wait_for_steps(tmp_path, "work0", BRANCHES, child)
+    time.sleep(STEP_S / 3)
+    os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=WAIT_LIMIT_S)
+    assert child.returncode == 130, err
+    assert set(_last_json(out)["stopped_by"]) == {"interrupt"}
+
+    again = _child(tmp_path, mode, kind)
+    out, err = again.communicate(timeout=WAIT_LIMIT_S)
+    assert again.returncode == 0, err
+    assert _last_json(out)["status"] == ["success"] * BRANCHES
+    per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
+    assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
+    ran = {step for _, step in per_step}
+    assert ran == (
+        {f"work{n}" for n in range(WORK_STEPS)} | ({"draft"} if kind != "results" else set())
+    )
+
+
+STORM_S = 0.05  # between the repeated interrupts of the test below
+
+
+@pytest.mark.parametrize("mode", ["threads", "loop"])
+def test_more_interrupts_leave_the_steps_in_flight_to_finish_and_the_exception_whole(
+    tmp_path: Path, mode: str
+) -> None:
+    """Ctrl-C, then Ctrl-C again and again until the fan-out has raised: the second stops the
+    waiting (issue 32, item 7: on one event loop it used to cancel the steps in flight, which
+    the re-call then ran again); the others land while the fan-out gathers what it reached
+    (item 8: they used to escape as a bare KeyboardInterrupt, without `branches`). The steps
+    in flight finish and are journaled; the re-call runs every step exactly once."""
+    source = interrupt_support.workflow(tmp_path, mode)
+    start = source.start({"root": str(tmp_path), "sleep": STEP_S}, run_id="root")
+    if mode == "loop":
+        import asyncio
+
+        start = asyncio.run(start)
+    child = _child(tmp_path, mode)
+    _wait_for_steps(tmp_path, "work0", BRANCHES, child)
+    time.sleep(STEP_S / 3)
+    os.killpg(child.pid, signal.SIGINT)
+    assert child.stdout is not None
+    child.stdout.readline()  # {"ready": ...}
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in child.stdout or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    sent = 1
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not any('"caught"' in line for line in lines) and child.poll() is None:
+        assert time.monotonic() < deadline, "the fan-out never raised"
+        time.sleep(STORM_S)
+        os.killpg(child.pid, signal.SIGINT)
+        sent += 1
+    child.wait(timeout=WAIT_LIMIT_S)
+    reader.join(timeout=WAIT_LIMIT_S)
+    err = child.stderr.read() if child.stderr else ""
+    for pipe in (child.stdout, child.stderr):
+        if pipe is not None:
+            pipe.close()
+    print(f"\n{mode}: {sent} SIGINTs; {lines[:1]}")
+    assert sent >= 2
+    assert child.returncode == 130, err
+    assert "KeyboardInterrupt" not in err, err
+    ended = json.loads(lines[-1])
+    assert set(ended["stopped_by"]) == {"interrupt"}
+    assert len(ended["status"]) == BRANCHES
+    started = {(run, step) for run, step, _ in calls(tmp_path) if run != "root"}
+    storage = source.storage
+    journaled = {
+        (run_id, entry["stepId"])
+        for run_id in {run for run, _ in started}
+        for entry in read_journal(storage, run_id).entries
+        if entry["type"] == "step" and entry["offset"] > 2
+    }
+    assert started <= journaled  # every step that started finished and was journaled
+
+    again = _child(tmp_path, mode)
+    out, err = again.communicate(timeout=WAIT_LIMIT_S)
+    assert again.returncode == 0, err
+    assert _last_json(out)["status"] == ["success"] * BRANCHES
+    per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
+    assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
+
+
+@pytest.mark.parametrize("mode", ["threads", "loop"])
+def test_a_re_call_in_the_same_process_waits_for_the_steps_a_second_interrupt_left_running(
+    tmp_path: Path, mode: str
+) -> None:
+    """After two interrupts the steps in flight finish in the background; the same call made
+    at once in the same process (a notebook's re-run) must wait for them, not run them again
+    (issue 32, item 7)."""
+    source = interrupt_support.workflow(tmp_path, mode)
+    start = source.start({"root": str(tmp_path), "sleep": STEP_S}, run_id="root")
+    if mode == "loop":
+        import asyncio
+
+        start = asyncio.run(start)
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import interrupt_support; "
+        "sys.exit(interrupt_support.child_again("
+        f"__import__('pathlib').Path({str(tmp_path)!r}), {mode!r}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    _wait_for_steps(tmp_path, "work0", BRANCHES, child)
+    time.sleep(STEP_S / 3)
+    os.killpg(child.pid, signal.SIGINT)
+    time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGINT)  # stop waiting: the steps in flight go on
+    out, err = child.communicate(timeout=WAIT_LIMIT_S)
+    assert child.returncode == 0, err
+    assert '"caught"' in out
+    assert _last_json(out)["status"] == ["success"] * BRANCHES
+    per_step = Counter((run, step) for run, step, _ in calls(tmp_path) if run != "root")
+    assert set(per_step.values()) == {1}, [k for k, v in per_step.items() if v > 1]
+    assert len(per_step) == BRANCHES * (1 + WORK_STEPS)

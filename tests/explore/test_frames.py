@@ -286,7 +286,9 @@ def test_load_takes_a_url_and_reload_reads_again(local_scenario: Scenario) -> No
     assert len(journals) == len(RUNS)
     local_scenario.workflow.fork("single", step="plan", new_run_id="late")
     assert len(journals) == len(RUNS)
-    assert "late" in journals.reload().run_ids
+    assert "late" in journals.refresh().run_ids
+    with pytest.warns(DeprecationWarning, match="refresh"):
+        assert "late" in journals.reload().run_ids
 
 
 def test_a_stray_file_is_not_a_run_for_load_and_export(
