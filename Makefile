@@ -17,6 +17,8 @@ DEV := $(VENV)/.installed-dev
 LAB := $(VENV)/.installed-lab
 LAB_STORE ?= notebooks/demo-store
 LAB_ARGS ?=
+# JupyterLab refuses to start as root ("Running as root is not recommended") without this
+ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: demo test lab
 
@@ -34,7 +36,8 @@ test: $(DEV)
 lab: $(LAB)
 	$(BIN)/python examples/demo_store.py $(LAB_STORE)
 	@echo "Open 01-explore-a-run.ipynb first; kx.load(\"demo-store\") in a notebook reads the store."
-	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	@if [ "$$(id -u)" = 0 ]; then echo "Running as root: JupyterLab gets --allow-root."; fi
+	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks $(ROOT_ARGS) $(LAB_ARGS)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

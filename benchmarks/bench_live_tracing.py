@@ -1,8 +1,10 @@
 """Live tracing benchmark: one run of many steps, untraced and traced by
 `kassette.integrations.otel.instrument()` (issue 30 §2: linear, at most 1.2x untraced).
 
-A `def` workflow of N steps (each returns a small dict) runs on `MemoryStorage`, so the floor
-is kassette's own append path, not a disk. The traced runs go through an SDK `TracerProvider`
+A `def` workflow of N steps (each returns a small dict) runs on `LocalStorage` in a temporary
+directory (what a durable run pays: an fsync per step) and, with `--memory`, on
+`MemoryStorage` (no disk: kassette's own append path is the whole floor, the hardest
+baseline). The traced runs go through an SDK `TracerProvider`
 whose one span processor drops what it is given (what is measured is kassette's side: the
 listener, the mapping of entries to spans, the SDK's span objects; not an exporter's I/O).
 Runs alternate untraced and traced, repeated; printed: the fastest of each, the median of the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from kassette import MemoryStorage, kassette
+from kassette import LocalStorage, MemoryStorage, kassette
 from kassette.integrations import otel
 
 TARGET = 1.2
@@ -40,8 +43,11 @@ class Counting(SpanProcessor):
         self.spans += 1
 
 
-def run_once(steps: int, traced: bool, counter: Counting, provider: TracerProvider) -> float:
-    storage = MemoryStorage()
+def run_once(
+    steps: int, traced: bool, counter: Counting, provider: TracerProvider, memory: bool = False
+) -> float:
+    folder = tempfile.TemporaryDirectory()
+    storage = MemoryStorage() if memory else LocalStorage(folder.name)
 
     @kassette(storage=storage)
     def many(ctx: Any, n: int) -> int:
@@ -57,12 +63,14 @@ def run_once(steps: int, traced: bool, counter: Counting, provider: TracerProvid
         return time.perf_counter() - began
     finally:
         otel.uninstrument()
+        folder.cleanup()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, action="append", help="steps per run (repeatable)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memory", action="store_true", help="MemoryStorage, not LocalStorage")
     args = parser.parse_args()
     counter = Counting()
     provider = TracerProvider()
@@ -71,16 +79,17 @@ def main() -> int:
     for steps in args.steps or [10_000]:
         untraced, traced, ratios = [], [], []
         for _ in range(args.repeats):
-            plain = run_once(steps, False, counter, provider)
+            plain = run_once(steps, False, counter, provider, args.memory)
             before = counter.spans
-            live = run_once(steps, True, counter, provider)
+            live = run_once(steps, True, counter, provider, args.memory)
             emitted = counter.spans - before
             untraced.append(plain)
             traced.append(live)
             ratios.append(live / plain)
         ratio = statistics.median(ratios)
         print(
-            f"{steps:,} steps: untraced {min(untraced):.3f} s, traced {min(traced):.3f} s "
+            f"{'MemoryStorage' if args.memory else 'LocalStorage'}, {steps:,} steps: "
+            f"untraced {min(untraced):.3f} s, traced {min(traced):.3f} s "
             f"({emitted:,} spans a run), median ratio {ratio:.2f}x (target <= {TARGET}x)"
         )
     return 0 if ratio <= TARGET else 1

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from kassette import MemoryStorage
 from kassette import explore as kx
 from kassette._journal import encode, format_timestamp
+from kassette._model_streams import compacted
 from kassette.explore._llm import llm_calls, run_totals
 
 LLM_TARGET, TOTALS_TARGET = 5.0, 3.5
@@ -112,7 +113,7 @@ def message(run: int, stream: bool) -> dict[str, Any]:
         },
         {"type": "message_stop"},
     ]
-    return {"result": {"stream": events}}
+    return {"result": {"stream": compacted(events)}}  # as the integration journals a stream
 
 
 def journal(run: int) -> bytes:

@@ -263,6 +263,7 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
             overwrite=args.overwrite,
             partition_by=args.partition_by,
             skip_corrupt=args.skip_corrupt,
+            include_content=args.include_content,
         )
     except OSError as exc:  # the output cannot be written (the storage errors are translated)
         raise StorageError(f"cannot export into {args.out}: {exc}") from exc
@@ -422,6 +423,12 @@ def _parser() -> _Parser:
         help="export the readable runs and list the corrupt ones in the summary "
         "(default: a corrupt run stops the export, nothing written)",
     )
+    sub.add_argument(
+        "--include-content",
+        action="store_true",
+        help="with --format otlp: add prompts, answers (as chat messages), step results and "
+        "the runs' input and result to the spans (left out by default)",
+    )
     return parser
 
 
@@ -495,6 +502,11 @@ def _run(argv: Sequence[str] | None) -> int:
     except ImportError as exc:  # export without the explore extra
         _report(exc, sys.stderr)
         return EXIT_USAGE
+    except OutputError:  # main's to report: stdout is gone
+        raise
+    except Exception as exc:  # what no reader expected: one JSON line all the same, no traceback
+        _report(exc, sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 

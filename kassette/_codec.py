@@ -114,6 +114,17 @@ def _c_encoder() -> Callable[[object, int], list[str]] | None:
 
 
 _C_ENCODE = _c_encoder()
+# `_ENCODER.encode` looks `c_make_encoder` up per call: used while it is the one probed (or None)
+_C_MAKE = getattr(json.encoder, "c_make_encoder", None) if _C_ENCODE is not None else None
+
+
+def _dumps(value: object) -> str:
+    """`_ENCODER.encode(value)`, on the pure-Python encoder whenever the C one cannot be used:
+    one whose signature differs, or one put in `json.encoder` after kassette checked it."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None or make is _C_MAKE:
+        return _ENCODER.encode(value)
+    return "".join(_ENCODER.iterencode(value))  # not one-shot: the pure-Python encoder
 
 
 def validate_name(name: object, what: str = "step") -> str:
@@ -144,7 +155,7 @@ def check_json_encoded(value: object, what: str) -> tuple[Any, bytes]:
         try:
             text = _encode(value)
         except RecursionError:  # as deep as the interpreter allows, or a value in itself:
-            _ENCODER.encode(value)  # this encoder tells a cycle (ValueError), or recurses again
+            _dumps(value)  # this encoder tells a cycle (ValueError), or recurses again
             raise
         data = text.encode()  # a lone surrogate passes json.dumps but cannot be written as UTF-8
     except (TypeError, ValueError) as exc:
@@ -170,11 +181,17 @@ def parse_json(text: str | bytes, what: str = "the value", *, max_depth: int = M
     if too_deep(data, max_depth):
         raise InvalidArgumentError(f"{what} is nested more than {max_depth} levels deep")
     try:
-        return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:  # unreachable past too_deep; kept as the parser's own guard
         raise InvalidArgumentError(f"{what} is nested more than {max_depth} levels deep") from None
     except ValueError as exc:  # also UnicodeDecodeError, and int()'s digit limit
         raise InvalidArgumentError(f"not valid JSON: {exc}") from None
+    if b"\\u" in data and _ESCAPED_SURROGATE.search(data):
+        try:  # "\ud800" is JSON, but a lone surrogate is no character a journal can hold
+            _dumps(value).encode()
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(f"{what} holds a lone surrogate such as \\ud800") from None
+    return value
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -192,7 +209,7 @@ def _encode(value: object) -> str:
     """`_ENCODER.encode(value)` without its per-call set-up, for the append path. It keeps no
     table of the containers it is inside (which one call at a time could use), so a value that
     contains itself raises `RecursionError`, as a too deep one does, not `ValueError`."""
-    return "".join(_C_ENCODE(value, 0)) if _C_ENCODE is not None else _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0)) if _C_ENCODE is not None else _dumps(value)
 
 
 def new_run_id() -> str:
@@ -205,12 +222,12 @@ def new_run_id() -> str:
 def to_json(value: object) -> str:
     """`value` as compact JSON text: the encoding of every journal line and of every JSON value
     kassette prints. `ValueError` for NaN and infinities, `TypeError` for what is not JSON."""
-    return _ENCODER.encode(value)
+    return _dumps(value)
 
 
 def encode(entry: Mapping[str, Any]) -> bytes:
     """One entry as its journal line: compact JSON, UTF-8, `\\n`-terminated."""
-    return (_ENCODER.encode(entry) + "\n").encode()
+    return (_dumps(entry) + "\n").encode()
 
 
 def encode_entry(
@@ -263,7 +280,7 @@ def _scalar(value: Any) -> str:
         return int.__repr__(value)
     if kind is float and math.isfinite(value):
         return float.__repr__(value)
-    return _ENCODER.encode(value)
+    return _dumps(value)
 
 
 UTF8_ERRORS = "strict"
@@ -295,7 +312,7 @@ def decode_line(line: bytes) -> Any:
         if end != len(text) and text[end:].strip(" \t\n\r"):
             raise json.JSONDecodeError("Extra data", text, end)
     if b"\\u" in line and _ESCAPED_SURROGATE.search(line):
-        _ENCODER.encode(value).encode()  # UnicodeEncodeError (a ValueError) for a lone one
+        _dumps(value).encode()  # UnicodeEncodeError (a ValueError) for a lone one
     return value
 
 

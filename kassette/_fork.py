@@ -153,7 +153,7 @@ def _edits(entries: Sequence[Entry], cut: int, result: Any, run_id: str) -> tupl
         raise InvalidArgumentError(
             f"run {run_id} has no entry at offset {cut} to edit", run_id=run_id, offset=cut
         )
-    value = check_json(result, f"edited result at offset {cut} of run {run_id}")
+    value = check_json(_as_json(result), f"edited result at offset {cut} of run {run_id}")
     entry = entries[cut]
     kind = entry["type"]
     if kind == "step" and entry.get("kind", "step") == "step":
@@ -221,6 +221,16 @@ def _step_result(entry: Entry, value: Any, cut: int, run_id: str) -> Any:
         step_id=entry["stepId"],
         offset=cut,
     )
+
+
+def _as_json(value: Any) -> Any:
+    """A provider SDK's response object (the `openai` and `anthropic` SDKs' pydantic models)
+    as the JSON the API sent, which is what the shape check reads and a step records; any
+    other value as given."""
+    dump = getattr(value, "to_dict", None)
+    if callable(dump) and callable(getattr(value, "model_dump", None)):
+        return dump(mode="json")
+    return value
 
 
 def _kind_of(value: Any) -> str:

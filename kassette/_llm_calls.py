@@ -42,6 +42,7 @@ from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
+from kassette._model_streams import expanded as _expanded
 from kassette._model_usage import TokenUsage
 from kassette._model_usage import anthropic_usage as _anthropic_usage
 from kassette._model_usage import openai_usage as _openai_usage
@@ -110,7 +111,8 @@ _FINISH = {
     "max_output_tokens": "length",
 }
 _CHAT, _RESPONSES, _MESSAGES = "chat.completions.create", "responses.create", "messages.create"
-_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES}  # see `response_method`
+# the SDKs' stream helpers: see `response_method`
+_SHAPE_OF_METHOD = {"messages.stream": _MESSAGES, "chat.completions.stream": _CHAT}
 _RESPONSE_NAMES = {
     ("openai", _CHAT): "OpenAI chat completion",
     ("openai", _RESPONSES): "OpenAI Responses API response",
@@ -139,10 +141,12 @@ class LLMCall:
     """A journaled model call, read: what was asked, of whom, and what came back.
 
     `provider` is `"openai"` or `"anthropic"`; `method` the API method
-    (`chat.completions.create`, `responses.create`, `messages.create`, `messages.stream`);
-    `request` the request as sent when the entry records it (else None); `result` the response
-    as journaled; `stream` whether it is a recorded stream. The rest is read from the response
-    when first asked for: `model`, `text`, `tool_calls`, `finish_reason`, `usage`, `prompt`.
+    (`chat.completions.create`, `chat.completions.stream`, `responses.create`,
+    `messages.create`, `messages.stream`); `request` the request as sent when the entry records
+    it (else None); `result` the response as journaled, a stream as its events (`{"stream":
+    [event, ...]}`, written out from the journal's compact form); `stream` whether it is a
+    recorded stream. The rest is read from the response when first asked for: `model`, `text`,
+    `tool_calls`, `finish_reason`, `usage`, `prompt`.
     """
 
     provider: str
@@ -252,6 +256,7 @@ def read_llm_result(result: Any, call: Any = None) -> LLMCall | None:
     With a `call` naming a provider and a method, the step is a model call whatever its result
     holds; without one, the result's shape decides (see the module docstring).
     """
+    result = _expanded(result)  # a stream's events, from the journal's compact form
     shape = _shape(result)
     recorded = call if isinstance(call, dict) else {}  # JSON: dicts (abc checks cost more)
     provider, method = recorded.get("provider"), recorded.get("method")
@@ -292,7 +297,8 @@ def response_from_text(call: LLMCall, text: str) -> Any:
 
 def response_method(method: str) -> str:
     """The method whose request and response `method` has: `messages.stream` sends the request
-    of `messages.create(stream=True)` to its endpoint and records its events; every other
+    of `messages.create(stream=True)` to its endpoint and records its events, and
+    `chat.completions.stream` those of `chat.completions.create(stream=True)`; every other
     method is its own. The one rule for "a `messages.stream` call is a `messages.create`
     call": what an edit may record, and what a replayed call must match."""
     return _SHAPE_OF_METHOD.get(method, method)
@@ -301,6 +307,7 @@ def response_method(method: str) -> str:
 def same_response_shape(call: LLMCall, result: Any) -> bool:
     """Whether `result` is a response of `call`'s provider and API, streamed as `call` was:
     one the code that made `call` can be given instead (a fork edit's whole response)."""
+    result = _expanded(result)
     shape = _shape(result)
     method = response_method(call.method)
     return shape == (call.provider, method) and _is_stream(result) == call.stream

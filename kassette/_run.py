@@ -36,7 +36,7 @@ from kassette._codec import (
 from kassette._codec import new_run_id as fresh_run_id  # `new_run_id` names a fork's parameter
 from kassette._fork import NO_RESULT, ForkPlan, plan_fork
 from kassette._journal import Journal, StepIds
-from kassette._listeners import listening, notify_appended, notify_closed
+from kassette._listeners import listening, notify_appended, notify_closed, notify_opened
 from kassette._sessions import (
     before_step_check,
     cancel_run,
@@ -176,6 +176,7 @@ class Run:
         self._replayed: set[str] = set()
         self.before_step = before_step_check()  # see `checking_before_steps`
         if listening():  # the session's `start` (and a fork's edited entry), written already
+            notify_opened(self.run_id, self.session, journal.entries)
             for entry in journal.entries:
                 if entry["session"] == self.session:
                     notify_appended(self.run_id, entry)

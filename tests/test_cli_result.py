@@ -50,6 +50,10 @@ def test_fork_with_a_result_writes_the_edited_step(
         "[" * 3000 + "]" * 3000,  # was a RecursionError traceback and exit 1
         "[" * 101 + "]" * 101,  # deeper than kassette journals (MAX_DEPTH)
         "1" * 5000,  # more digits than int() reads
+        '"\\ud800"',  # JSON, but a lone surrogate: was NotSerializableError and exit 1
+        '{"note": ["ok", "\\udfff"]}',
+        '{"\\udbff": 1}',
+        '"\ud800"',  # the character itself, as a caller of main() may pass it
     ],
 )
 def test_fork_with_bad_json_exits_2_and_writes_nothing(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -319,3 +320,35 @@ def test_import_falls_back_to_the_public_encoder_when_the_c_accelerator_differs(
     assert done.returncode == 0, done.stderr
     expected = encode({"type": "step", "stepId": "a", "result": {"x": [1, "é", 2.5]}})
     assert done.stdout.rstrip("\n") == repr(expected)
+
+
+@pytest.mark.parametrize("when", ["before-import", "after-import"])
+def test_journal_writes_use_the_pure_python_encoder_while_the_c_one_cannot_be_used(
+    when: str, tmp_path: Path
+) -> None:
+    """With `c_make_encoder` replaced by a function of another signature, and left so, a run
+    still journals, replays and forks: every encoding in the codec falls back to the
+    pure-Python encoder (issue 30 section 4)."""
+    broken = "json.encoder.c_make_encoder = lambda markers, default: None\n"
+    script = (
+        "import json.encoder\n"
+        + (broken if when == "before-import" else "")
+        + "from kassette import LocalStorage, kassette\n"
+        "from kassette.core import read_journal\n"
+        + (broken if when == "after-import" else "")
+        + f"storage = LocalStorage({str(tmp_path)!r})\n"
+        "@kassette(storage=storage)\n"
+        "def flow(ctx, topic):\n"
+        "    return ctx.step('draft', lambda: {'topic': topic, 'x': [1, 'é', 2.5, None]})\n"
+        "assert flow.start('tides', run_id='r').status == 'success'\n"
+        "forked = flow.fork('r', step='draft', result={'edited': True}, new_run_id='f')\n"
+        "steps = [e['result'] for e in read_journal(storage, 'r').entries if e['type'] == 'step']\n"
+        "print(repr((steps, forked.result)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(
+        ([{"topic": "tides", "x": [1, "é", 2.5, None]}], {"edited": True})
+    )

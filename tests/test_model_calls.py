@@ -611,6 +611,23 @@ def test_every_response_from_text_is_valid_for_the_provider_s_sdk(
     for item in edited["stream"] if original.stream else [edited]:
         adapter.validate_python(item)  # strict: raises on any missing or mistyped field
     assert read(edited).text == text
+    if original.stream:  # what a streaming reader assembles: the deltas carry the text too
+        assert _delta_text(edited["stream"]) == text
+
+
+def _delta_text(events: list[dict[str, Any]]) -> str:
+    """The text of a stream's deltas, as code reading the stream event by event joins it: chat
+    chunks' `delta.content`, Responses `response.output_text.delta` events, Anthropic
+    `text_delta`s."""
+    parts = []
+    for event in events:
+        for choice in event.get("choices") or []:
+            parts.append(choice["delta"].get("content") or "")
+        if event.get("type") == "response.output_text.delta":
+            parts.append(event["delta"])
+        if event.get("type") == "content_block_delta" and event["delta"]["type"] == "text_delta":
+            parts.append(event["delta"]["text"])
+    return "".join(parts)
 
 
 @pytest.mark.parametrize(
@@ -631,6 +648,8 @@ def test_a_response_from_text_needs_only_the_call(provider: str, method: str) ->
     assert again.stream == (method == "messages.stream")  # that method records events
     for item in edited["stream"] if again.stream else [edited]:
         _sdk_types(again).validate_python(item)
+    if again.stream:
+        assert _delta_text(edited["stream"]) == "hello"
 
 
 def test_a_stream_helper_call_is_a_streamed_create_call_for_edits_and_replay() -> None:

@@ -11,7 +11,8 @@
     journals.sql("select ... from runs")   # DuckDB over runs, entries and llm_calls
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
-    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (the otel extra)
+    kx.to_otlp(journals)                   # runs as OpenTelemetry traces (OTLP/JSON)
+    kx.experiment(workflow, runs, step="draft", variants={...}, score=..., name="x")  # paired stats
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
 Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for the widgets.
@@ -19,18 +20,25 @@ Needs the `explore` extra: pandas and pyarrow, and anywidget and ipywidgets for 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib.util as _util
+import typing as _typing
 
-_HINT = 'kassette.explore needs pandas and pyarrow: pip install "kassette[explore]"'
+from kassette._extras import install_hint as _install_hint
+from kassette._public import publish as _publish
 
-try:
-    import pandas  # noqa: F401
-    import pyarrow  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-    raise ImportError(f"{_HINT} ({exc})") from exc
+# Checked, not imported here: `kx.<Tab>` offers kassette's names, not `pandas` or `pyarrow`.
+for _needed in ("pandas", "pyarrow"):
+    try:
+        _found = _util.find_spec(_needed)
+    except ValueError:  # a module set to None in sys.modules (as a bare environment's test does)
+        _found = None
+    if _found is None:  # pragma: no cover - exercised in a bare environment
+        raise ImportError(f"{_install_hint('kassette.explore', _needed)} (no module {_needed!r})")
 
 from kassette.explore._branches import Branches, FanOutInterrupted, fan_out  # noqa: E402
 from kassette.explore._compare import compare  # noqa: E402
+from kassette.explore._experiment import ExperimentInterrupted, Variant, experiment  # noqa: E402
+from kassette.explore._experiment_result import Experiment  # noqa: E402
 from kassette.explore._export import export  # noqa: E402
 from kassette.explore._frames import (  # noqa: E402
     ENTRY_SCHEMA,
@@ -40,12 +48,13 @@ from kassette.explore._frames import (  # noqa: E402
     load,
 )
 from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
+from kassette.explore._sequential import decided  # noqa: E402
+from kassette.explore._stats import summarize  # noqa: E402  (scipy loads on first call)
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
-if TYPE_CHECKING:
-    from kassette.explore._otlp import send_otlp, to_otlp
-
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
+    from kassette.explore._otlp import to_otlp
+    from kassette.explore._otlp_send import send_otlp
     from kassette.explore._widgets import CompareView, ForkExplorer, RunTree
 
 __all__ = [
@@ -54,35 +63,54 @@ __all__ = [
     "RUN_SCHEMA",
     "Branches",
     "CompareView",
+    "Experiment",
+    "ExperimentInterrupted",
     "FanOutInterrupted",
     "ForkExplorer",
     "Journals",
     "Lineage",
     "RunNode",
     "RunTree",
+    "Variant",
     "compare",
+    "decided",
+    "experiment",
     "export",
     "fan_out",
     "lineage",
     "load",
     "send_otlp",
+    "summarize",
     "timeline",
     "to_otlp",
 ]
 
+_publish(globals(), "kassette.explore")
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 _OTLP = {"send_otlp", "to_otlp"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
     extra), so they load on first use."""
     if name in _WIDGETS:
         from kassette.explore import _widgets as widgets
 
-        return getattr(widgets, name)
-    if name in _OTLP:
-        from kassette.explore import _otlp
+        found = getattr(widgets, name)
+    elif name in _OTLP:
+        from kassette.explore import _otlp, _otlp_send
 
-        return getattr(_otlp, name)
-    raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+        found = getattr(_otlp_send if name == "send_otlp" else _otlp, name)
+    else:
+        raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
+    found.__module__ = __name__  # its public home, as for the names loaded above
+    return found
+
+
+def __dir__() -> list[str]:
+    """`dir(kx)` and `kx.<Tab>`: the public names, the lazy ones included, and no helper
+    this module imports."""
+    return sorted(__all__)
+
+
+del annotations  # `from __future__ import annotations` leaves the name behind

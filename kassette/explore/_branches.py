@@ -320,7 +320,7 @@ class Branches:
 
     def _source_params(self) -> dict[str, Any]:
         if self._params_of_source is None:
-            self._params_of_source = _params_of(self._storage(), self.source)
+            self._params_of_source = params_of(self._storage(), self.source)
         return self._params_of_source
 
 
@@ -332,7 +332,7 @@ def _status_of(outcome: Outcome) -> str:
     return outcome.status
 
 
-def _params_of(storage: Any, run_id: str) -> dict[str, Any]:
+def params_of(storage: Any, run_id: str) -> dict[str, Any]:
     """The params a run was started (or forked) with; `{}` when none."""
     return dict(read_journal(storage, run_id).state.params or {})
 
@@ -390,7 +390,7 @@ def fan_out(
     """
     if not isinstance(workflow, Workflow | AsyncWorkflow):
         raise InvalidArgumentError(f"fan_out needs a kassette workflow, not {workflow!r}")
-    if executor is not None and not isinstance(executor, Executor) and not _is_executor(executor):
+    if executor is not None and not isinstance(executor, Executor) and not is_executor(executor):
         raise InvalidArgumentError(
             f"executor must be a concurrent.futures.Executor (or Dask's), not {executor!r}"
         )
@@ -413,7 +413,7 @@ def fan_out(
     ]
     check_branches(branches, kind, base)
     if isinstance(executor, ProcessPoolExecutor):
-        _check_picklable(branches[0])
+        check_picklable(branches[0])
     board = Board(len(branches))
     stop = Stop(across_processes=executor is not None)
     watch = Watch(branches, board, stop, budget=limit, display=display_for(progress))
@@ -445,7 +445,7 @@ def fan_out(
     return found
 
 
-def _is_executor(executor: object) -> bool:
+def is_executor(executor: object) -> bool:
     """Dask's `ClientExecutor` is an `Executor`; anything else with `submit` works as well."""
     return callable(getattr(executor, "submit", None))
 
@@ -506,7 +506,7 @@ def _prefix(prefix: str | None, run_id: str, step: str | None, cut: int) -> str:
     return prefix
 
 
-def _check_picklable(branch: Branch) -> None:
+def check_picklable(branch: Branch) -> None:
     import pickle
 
     try:

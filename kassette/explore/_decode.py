@@ -37,6 +37,7 @@ from kassette._codec import (
 )
 from kassette._state import RunState, reduce_entry
 from kassette.explore._llm import run_totals
+from kassette.explore._working import working_columns
 
 __all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
 
@@ -83,6 +84,9 @@ RUN_SCHEMA = pa.schema(
         pa.field("input_tokens", pa.int64(), nullable=False),
         pa.field("output_tokens", pa.int64(), nullable=False),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # the sum of the run's own sessions, and the gaps between them (_working.py)
+        pa.field("working_s", pa.float64()),
+        pa.field("waiting_s", pa.float64()),
     ]
 )
 
@@ -170,16 +174,21 @@ class Batch:
         return first, second
 
 
-def decode(batch: Batch) -> tuple[pa.Table, pa.Table]:
-    """The entries table and the runs table of every run in `batch`, in `batch`'s order."""
-    return with_runs(_entries(batch), batch.run_ids, batch.counts(batch.line_ends()))
+def decode(batch: Batch, *, totals: bool = True) -> tuple[pa.Table, pa.Table]:
+    """The entries table and the runs table of every run in `batch`, in `batch`'s order
+    (`totals`: see `with_runs`)."""
+    counts = batch.counts(batch.line_ends())
+    return with_runs(_entries(batch), batch.run_ids, counts, totals=totals)
 
 
 def with_runs(
-    read: pa.Table, run_ids: Sequence[str], counts: IntArray
+    read: pa.Table, run_ids: Sequence[str], counts: IntArray, *, totals: bool = True
 ) -> tuple[pa.Table, pa.Table]:
     """The entries as read (any `copied` column is recomputed) with `copied`, and the runs
-    table, for runs `run_ids` holding `counts` entries each, in that order."""
+    table, for runs `run_ids` holding `counts` entries each, in that order. Without `totals`,
+    the model-call totals (`llm_calls`, the tokens: 0; `cost_usd`: null) are not read, for a
+    reader of the entries that never shows them (the OTLP export): reading every model call
+    is most of a decode's time."""
     if "copied" in read.column_names:
         read = read.drop_columns(["copied"])
     columns, fork_offsets = _runs(read, run_ids, counts)
@@ -187,8 +196,14 @@ def with_runs(
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
-    calls, given, taken, cost = run_totals(entries, list(run_ids))
-    columns += [pa.array(calls), pa.array(given), pa.array(taken), pa.array(cost, from_pandas=True)]
+    if totals:
+        calls, given, taken, cost = run_totals(entries, list(run_ids))
+        columns += [pa.array(calls), pa.array(given), pa.array(taken)]
+        columns.append(pa.array(cost, from_pandas=True))
+    else:
+        zeros = pa.array(np.zeros(len(run_ids), dtype=np.int64))
+        columns += [zeros, zeros, zeros, pa.nulls(len(run_ids), pa.float64())]
+    columns += working_columns(entries, counts, columns[RUN_SCHEMA.get_field_index("duration_s")])
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
 
 

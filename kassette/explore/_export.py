@@ -318,11 +318,13 @@ def export(
     overwrite: bool = False,
     partition_by: Iterable[str] | str | None = None,
     skip_corrupt: bool = False,
+    include_content: bool = False,
 ) -> dict[str, Any]:
     """Write the entries and runs of every run (or of `run_ids`) into the directory `out`.
 
     `format` is "parquet", "jsonl", "csv" or "otlp" (OpenTelemetry traces in `traces.jsonl`,
-    one OTLP/JSON request per line: docs/otel.md; needs the `otel` extra). `out` must be
+    one OTLP/JSON request per bounded batch of runs: docs/otel.md; `include_content` adds
+    prompts, answers and results to its spans). `out` must be
     missing or empty unless `overwrite`, which first removes that format's own output there
     (other files stay).
     `progress` draws a progress bar on stderr; None (the default) draws it when stderr is a
@@ -345,13 +347,15 @@ def export(
     partitions = check_partition_by(partition_by)
     if partitions and format != "parquet":
         raise InvalidArgumentError("partition_by needs format='parquet'")
+    if include_content and format != "otlp":
+        raise InvalidArgumentError("include_content needs format='otlp'")
     directory = Path(out)
     existed = directory.exists()
     _clear(directory, format, overwrite)
     storage = existing_storage(storage_or_url)
     wanted = unique_run_ids(run_ids)
     total = len(wanted) if wanted is not None else sum(1 for _ in storage.list_runs())
-    sink = _sink(directory, format, partitions)
+    sink = _sink(directory, format, partitions, include_content)
     show = sys.stderr.isatty() if progress is None else progress
     bar = Progress(total, sys.stderr if show else None)
     runs: list[pa.Table] = []
@@ -362,7 +366,7 @@ def export(
     def decoded() -> Iterator[tuple[pa.Table, pa.Table]]:
         nonlocal entries
         for batch in read_batches(storage, wanted, skipped=lambda _: bar.advance(1)):
-            for entry_table, run_table in _readable(batch, corrupt):
+            for entry_table, run_table in _readable(batch, corrupt, totals=format != "otlp"):
                 runs.append(run_table)
                 entries += entry_table.num_rows
                 yield entry_table, run_table
@@ -401,24 +405,26 @@ def export(
     return summary
 
 
-def _sink(directory: Path, format: Format, partitions: list[str] | None) -> Sink:
-    if format == "otlp":  # opentelemetry-proto: imported when asked for, with its install hint
+def _sink(
+    directory: Path, format: Format, partitions: list[str] | None, include_content: bool
+) -> Sink:
+    if format == "otlp":
         from kassette.explore._otlp import OtlpSink
 
-        return OtlpSink(directory)
+        return OtlpSink(directory, include_content=include_content)
     if format == "parquet":
         return ParquetSink(directory, partition_by=partitions)
     return _CsvSink(directory) if format == "csv" else _JsonLinesSink(directory)
 
 
 def _readable(
-    batch: Batch, corrupt: list[JournalCorruptionError] | None
+    batch: Batch, corrupt: list[JournalCorruptionError] | None, *, totals: bool = True
 ) -> list[tuple[pa.Table, pa.Table]]:
     """`decode(batch)`; when `corrupt` is a list, the tables of the readable runs only, the
     errors of the others appended to it (the batch is halved until each corrupt run is alone).
     """
     try:
-        return [decode(batch)]
+        return [decode(batch, totals=totals)]
     except JournalCorruptionError as error:
         if corrupt is None:
             raise
@@ -426,7 +432,7 @@ def _readable(
             corrupt.append(error)
             return []
         first, second = batch.split()
-        return _readable(first, corrupt) + _readable(second, corrupt)
+        return _readable(first, corrupt, totals=totals) + _readable(second, corrupt, totals=totals)
 
 
 def _clear(directory: Path, format: Format, overwrite: bool) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +31,10 @@ from kassette.storage import Storage
 __all__ = ["ENTRY_SCHEMA", "LLM_CALL_SCHEMA", "RUN_SCHEMA", "Journals", "load"]
 
 Table = Literal["entries", "runs", "llm_calls"]
+# what `Journals.experiments` calls: set once, by kassette.explore._experiment_result, which
+# builds on these frames (an experiment reads its branches through `load`), so this module
+# cannot import it
+EXPERIMENTS_READER: Callable[[Journals], dict[str, Any]] | None = None
 _JSON_COLUMNS = ("params", "input", "result")  # JSON text: cut narrower than other columns
 
 
@@ -78,6 +82,14 @@ class Journals:
         records them): `run_id, offset, step_id, model, input_tokens, output_tokens,
         total_tokens, duration_ms, copied` (a fork's copy of its source's call)."""
         return self._frame("llm_calls")
+
+    @property
+    def experiments(self) -> dict[str, Any]:
+        """The experiments (`kx.experiment`) these runs hold, by name, reopened from the
+        storage without running anything: name -> `kx.Experiment`."""
+        if EXPERIMENTS_READER is None:  # pragma: no cover - kassette.explore registers it
+            raise RuntimeError("import kassette.explore to read experiments")
+        return EXPERIMENTS_READER(self)
 
     def sql(self, query: str) -> pd.DataFrame:
         """Run DuckDB SQL over the `runs`, `entries` and `llm_calls` tables (scanned in place,

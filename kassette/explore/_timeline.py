@@ -21,6 +21,7 @@ of the notebook.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,6 +32,15 @@ from kassette._codec import format_timestamp
 from kassette.errors import RunNotFoundError
 from kassette.explore._frames import Journals
 from kassette.explore._read import unique_run_ids
+from kassette.explore._timeline_overview import (
+    MOST_BARS,
+    Activity,
+    activity,
+    bar_count,
+    charts,
+    most_recent,
+    width_text,
+)
 
 __all__ = ["Timeline", "bars", "timeline"]
 
@@ -57,10 +67,7 @@ def timeline(
     are pale bars up to their resume, and tooltips name the step and its duration. More than
     40 runs are shown 40 at a time, with a page slider above the chart.
     """
-    try:
-        import altair as alt
-    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} ({exc})") from exc
+    alt = import_altair()
     wanted = unique_run_ids(run_ids)
     if wanted is not None:
         known = set(journals.run_ids)
@@ -68,12 +75,50 @@ def timeline(
             if run_id not in known:
                 raise RunNotFoundError(f"run {run_id} is not in these journals", run_id=run_id)
     order = wanted if wanted is not None else journals.run_ids
+    if bar_count(journals, order) > MOST_BARS:
+        return _aggregated(alt, journals, order, width)
     records = bars(journals, order)
     if not records:
         return Timeline(_message(alt, order, width), records, len(order))
+    chart = _drawn(alt, records, order, width)
+    return Timeline(with_datasets(chart, bars=records), records, len(order))
+
+
+def _aggregated(alt: Any, journals: Journals, order: list[str], width: int) -> Timeline:
+    """Too many bars to draw one by one: runs and steps per time bucket, and below them the
+    bars of the `_PAGE` runs that started last, all on one chart that says so."""
+    found = activity(journals, order)
+    if found is None:
+        return Timeline(_message(alt, order, width), [], len(order))
+    recent = most_recent(journals, order, _PAGE)
+    records = bars(journals, recent)
+    every = [*records, *({"name": s["name"], "kind": s["kind"]} for s in found.steps)]
+    color = _colors(alt, every)
+    detail = _drawn(alt, records, recent, width, color=color).properties(
+        title=f"the {len(recent)} runs that started last, step by step "
+        "(kx.timeline(journals, run_ids) draws others)"
+    )
+    title = alt.TitleParams(
+        f"steps over time: {len(order):,} runs, {found.entries:,} entries, aggregated",
+        subtitle=f"too many to draw one bar per step ({found.step_count:,} steps, "
+        f"{found.waits:,} waits): counted per {width_text(found.width)}",
+        anchor="start",
+    )
+    chart = alt.vconcat(charts(alt, found, color, width), detail, title=title)
+    chart = chart.resolve_scale(x="independent", color="independent")
+    chart = with_datasets(chart, bars=records, runs=found.runs, steps=found.steps)
+    return Timeline(chart, records, len(order), activity=found)
+
+
+def _drawn(
+    alt: Any, records: list[dict[str, Any]], order: list[str], width: int, color: Any = None,
+    data: str = "bars",
+) -> Any:  # fmt: skip
+    """One bar per step and per wait of the runs `order`, `_PAGE` runs a page, from the
+    dataset named `data`."""
     pages = -(-len(order) // _PAGE)
     band = _ROW_HEIGHT
-    base = alt.Chart(alt.InlineData(values=records))  # inline values: no row limit, none changed
+    base = alt.Chart(alt.NamedData(name=data))  # the records: in the spec's `datasets`
     page = None
     if pages > 1:  # a slider picks the page; the rows of the others are filtered out
         page = alt.param(
@@ -95,7 +140,7 @@ def timeline(
     y = alt.Y("run_id:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
     scale = alt.Scale(padding=6)  # px: a tick at either end of the time axis shows whole
     x = alt.X("start:T", title="time (UTC)", axis=alt.Axis(format="%H:%M:%S"), scale=scale)
-    color = _colors(alt, records)
+    color = color if color is not None else _colors(alt, records)
     work, wait = alt.datum.kind != "suspended", alt.datum.kind == "suspended"
     steps = (
         base.mark_bar(size=band - 4)
@@ -126,7 +171,38 @@ def timeline(
     )
     if page is not None:
         chart = chart.add_params(page)
-    return Timeline(chart.interactive(bind_y=False), records, len(order))
+    return chart.interactive(bind_y=False)
+
+
+def import_altair() -> Any:
+    """Altair, imported in about a third of the time when it is the first to need jsonschema.
+
+    jsonschema compiles rfc3987-syntax's 38 grammars when it is imported, if that package is
+    installed (JupyterLab's jupyter-events brings it): about three quarters of Altair's import,
+    5 s on a busy 2-core machine, for an "iri" format check Altair never makes. So while Altair
+    imports jsonschema, that optional module reads as missing; it stays importable afterwards.
+    """
+    if "altair" in sys.modules:
+        return sys.modules["altair"]
+    skip = "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules
+    if skip:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
+    try:
+        import altair
+    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
+        raise ImportError(f"{_HINT} ({exc})") from exc
+    finally:
+        if skip:
+            del sys.modules["rfc3987_syntax"]
+    return altair
+
+
+def with_datasets(chart: Any, **datasets: list[dict[str, Any]]) -> Any:
+    """`chart` with its data as the spec's named `datasets`, each written once. Given last:
+    Altair copies a chart's data whenever it layers, concatenates or binds a chart, which
+    at thousands of records took longer than drawing them."""
+    chart.datasets = datasets
+    return chart
 
 
 def _colors(alt: Any, records: list[dict[str, Any]]) -> Any:
@@ -230,15 +306,32 @@ def _last_times(entries: pa.Table, wanted: pa.Array) -> dict[str, Any]:
 
 
 class Timeline:
-    """A timeline chart: `.chart` (an `altair.Chart`), `.bars` (its records), and in a
-    notebook the chart itself."""
+    """A timeline chart: `.chart` (an `altair.Chart`), `.bars` (its records: the runs drawn
+    step by step), `.activity` (the per-bucket counts of an aggregated chart, else None), and
+    in a notebook the chart itself."""
 
-    def __init__(self, chart: Any, bars: list[dict[str, Any]], runs: int) -> None:
-        self.chart, self.bars, self.runs = chart, bars, runs
+    def __init__(
+        self, chart: Any, bars: list[dict[str, Any]], runs: int, *, activity: Activity | None = None
+    ) -> None:
+        self.chart, self.bars, self.runs, self.activity = chart, bars, runs, activity
+
+    @property
+    def aggregated(self) -> bool:
+        """True when the runs were too many to draw one bar per step (see `activity`)."""
+        return self.activity is not None
 
     def to_dict(self) -> dict[str, Any]:
         """The Vega-Lite spec, as JupyterLab's built-in renderer (Vega-Lite 5) reads it."""
-        spec: dict[str, Any] = self.chart.to_dict()
+        import altair as alt
+
+        # the datasets are plain JSON already: Altair need not walk 100,000 values to say so
+        datasets, self.chart.datasets = self.chart.datasets, alt.Undefined
+        try:
+            spec: dict[str, Any] = self.chart.to_dict(validate=False)  # tests validate it
+        finally:
+            self.chart.datasets = datasets
+        if datasets is not alt.Undefined:
+            spec["datasets"] = datasets
         spec["$schema"] = _SCHEMA
         return spec
 
@@ -248,6 +341,13 @@ class Timeline:
     def __repr__(self) -> str:
         if not self.runs:
             return "Timeline: no runs"
+        if self.activity is not None:
+            found = self.activity
+            return (
+                f"Timeline: {self.runs} runs, {found.step_count} steps, {found.waits} waits, "
+                f"aggregated per {width_text(found.width)}; the {_PAGE} that started last "
+                "step by step"
+            )
         waits = sum(bar["kind"] == "suspended" for bar in self.bars)
         steps = len(self.bars) - waits
         pages = f", {_PAGE} a page" if self.runs > _PAGE else ""

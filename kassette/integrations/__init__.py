@@ -3,8 +3,9 @@
 Each integration is a module of its own that imports its SDK, so `import kassette` never does:
 
 - `kassette.integrations.openai`: `journaled(OpenAI(), ctx)` records every
-  `chat.completions.create` and `responses.create` call, streams included, and replays them
-  without a request (`pip install "kassette[openai]"`).
+  `chat.completions.create` and `responses.create` call, streams and the
+  `chat.completions.stream` helper included, and replays them without a request
+  (`pip install "kassette[openai]"`).
 - `kassette.integrations.anthropic`: `journaled(Anthropic(), ctx)` records every
   `messages.create` (streamed too) and `messages.stream` call (`pip install
   "kassette[anthropic]"`).

@@ -1,8 +1,9 @@
 """The one engine behind every model-call integration: record a call, replay it, check it.
 
 A model call is a step whose `result` is the provider's response (a stream: `{"stream":
-[chunk, ...]}`) and whose `call` is `{"provider", "method", "request"}`: the request as sent,
-as JSON, without credentials and transport options (`kassette._codec.CallRecord`). Live, the
+...}`, its chunks stored compactly by `kassette._model_streams`) and whose `call` is
+`{"provider", "method", "request"}`: the request as sent, as JSON, without credentials and
+transport options (`kassette._codec.CallRecord`). Live, the
 request goes to the provider and both are journaled; on replay the response is rebuilt into
 the SDK's own type and no request is made, once the code's request is found equal to the
 recorded one. A different request raises `ReplayMismatchError` naming the first differing
@@ -17,9 +18,8 @@ from here in front.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, time
 from typing import Any, Generic, TypeVar
 
 import pydantic
@@ -27,10 +27,12 @@ import pydantic
 from kassette._journal import CallRecord, validate_name
 from kassette._json_diff import ABSENT
 from kassette._json_diff import first_difference as _first_difference
-from kassette._llm_calls import response_method
+from kassette._llm_calls import read_llm_result, response_method
+from kassette._model_streams import compacted, expanded, is_stored_stream
 from kassette._workflow import AsyncContext, Context
 from kassette.core import Run
 from kassette.errors import InvalidArgumentError, ReplayMismatchError
+from kassette.integrations._requests import request_of, sendable, without_nulls
 
 __all__ = [
     "AsyncLiveStream",
@@ -44,13 +46,10 @@ __all__ = [
     "ReplayedStream",
     "first_difference",
     "recorder",
-    "request_of",
 ]
 
 Chunk = TypeVar("Chunk")
 
-# keyword arguments of an SDK method that shape the HTTP exchange, not what the model is asked
-TRANSPORT = frozenset({"extra_headers", "extra_query", "timeout"})
 _SHORT = 60  # characters of each value a mismatch message shows
 
 
@@ -147,11 +146,8 @@ class Call:
         self.ctx = recorder.ctx
         self.asynchronous = recorder.asynchronous
         self.method = method
-        # a one-shot iterable (a generator of messages) is read once, for the request and the SDK
-        self.kwargs = {
-            key: list(value) if isinstance(value, Iterator) else value
-            for key, value in kwargs.items()
-        }
+        # what the SDK is given: nothing in it that recording could consume (`_requests`)
+        self.kwargs = sendable(kwargs)
         self.stream = self.kwargs.get("stream") is True
         self.call: CallRecord = {
             "provider": self.provider.name,
@@ -164,7 +160,7 @@ class Call:
         """The recorded response, or the SDK's stream of the recorded chunks, as SDK objects;
         `ReplayMismatchError` when the journal holds another kind of answer or request."""
         step, result = self.step, self.step.result
-        recorded_stream = isinstance(result, dict) and set(result) == {"stream"}
+        recorded_stream = is_stored_stream(result)
         if recorded_stream != self.stream:
             self._mismatch(
                 f"journal has a {_shape(recorded_stream)} at {step.step_id}, the code asks for "
@@ -173,12 +169,21 @@ class Call:
         self._check_request(step.call)
         if not self.stream:
             return self.provider.rebuild(self.method, False, result)
-        chunks = [self.provider.rebuild(self.method, True, chunk) for chunk in result["stream"]]
+        chunks = [
+            self.provider.rebuild(self.method, True, chunk) for chunk in expanded(result)["stream"]
+        ]
         replayed = self.provider.stream_classes[3 if self.asynchronous else 1]
         return replayed(chunks)
 
     def _check_request(self, recorded: CallRecord | None) -> None:
-        if recorded is None:  # journaled before requests were, or by another writer
+        if recorded is None:  # journaled by another writer: its result must be such an answer
+            found = read_llm_result(self.step.result)
+            if found is None or found.shape != (self.provider.name, _endpoint(self.method)):
+                self._mismatch(
+                    f"step {self.step.step_id} records no model call (no `call` field) and its "
+                    f"result is no {self.provider.name} {_endpoint(self.method)} response, while "
+                    f"the code makes {self.provider.name} {self.method} there"
+                )
             return
         if recorded.get("provider") != self.provider.name or _endpoint(
             recorded.get("method")
@@ -187,7 +192,10 @@ class Call:
                 f"journal has a {recorded.get('provider')} {recorded.get('method')} call at step "
                 f"{self.step.step_id}, the code makes {self.provider.name} {self.method}"
             )
-        difference = first_difference(recorded.get("request"), self.call["request"])
+        # compared as the provider reads them: a null field is an absent one
+        difference = first_difference(
+            without_nulls(recorded.get("request")), without_nulls(self.call["request"])
+        )
         if difference is not None:
             path, journal, code = difference
             self._mismatch(
@@ -235,7 +243,8 @@ class Call:
 
 
 def _stream_json(chunks: list[Any]) -> dict[str, Any]:
-    return {"stream": [chunk.to_dict(mode="json") for chunk in chunks]}
+    """A stream's chunks as the journal stores them: every one, compactly (`_model_streams`)."""
+    return {"stream": compacted([chunk.to_dict(mode="json") for chunk in chunks])}
 
 
 def _shape(stream: bool) -> str:
@@ -244,43 +253,6 @@ def _shape(stream: bool) -> str:
 
 def _endpoint(method: object) -> object:
     return response_method(method) if isinstance(method, str) else method
-
-
-# -- the request as JSON -------------------------------------------------------------------
-
-
-def request_of(kwargs: Mapping[str, Any], omitted: tuple[type, ...]) -> dict[str, Any]:
-    """The request an SDK method sends for `kwargs`, as JSON: arguments not given (`omitted`
-    sentinels) and transport options left out, `extra_body` merged in as the SDK merges it,
-    pydantic objects (a previous answer's message passed back) as their JSON."""
-    request = {
-        key: _plain(value, omitted)
-        for key, value in kwargs.items()
-        if key not in TRANSPORT and key != "extra_body" and not isinstance(value, omitted)
-    }
-    extra = kwargs.get("extra_body")
-    if isinstance(extra, Mapping):
-        request.update(_plain(extra, omitted))
-    return request
-
-
-def _plain(value: Any, omitted: tuple[type, ...]) -> Any:
-    if value is None or isinstance(value, str | bool | int | float):
-        return value
-    if isinstance(value, Mapping):
-        return {
-            str(key): _plain(item, omitted)
-            for key, item in value.items()
-            if not isinstance(item, omitted)
-        }
-    if isinstance(value, pydantic.BaseModel):  # as the SDKs send one
-        return value.model_dump(mode="json", exclude_unset=True, by_alias=True)
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
-        return [_plain(item, omitted) for item in value if not isinstance(item, omitted)]
-    # nothing an SDK sends as JSON: the SDK will refuse it; the request records what it was
-    return str(value)
 
 
 # -- comparing requests ------------------------------------------------------------------------
@@ -395,11 +367,23 @@ class LiveStream(Generic[Chunk]):
         self._stream.close()
 
 
+class _NoResponse:
+    """A replayed stream's `response`: there was no HTTP exchange, so closing it does nothing
+    (the SDKs' stream helpers close their stream's response when they end)."""
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
 class ReplayedStream(Generic[Chunk]):
     """The recorded chunks of a stream, as the SDK's stream gave them; no HTTP response."""
 
     def __init__(self, chunks: list[Chunk]) -> None:
         self._iterator = iter(chunks)
+        self.response = _NoResponse()
 
     def __next__(self) -> Chunk:
         return next(self._iterator)
@@ -443,6 +427,7 @@ class AsyncReplayedStream(Generic[Chunk]):
 
     def __init__(self, chunks: list[Chunk]) -> None:
         self._chunks = iter(chunks)
+        self.response = _NoResponse()
 
     async def __anext__(self) -> Chunk:
         try:

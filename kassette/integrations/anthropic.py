@@ -14,7 +14,8 @@ differing path: `system`, `messages[2].content`, `temperature`).
 
 With `stream=True` the raw server-sent events (`message_start`, `content_block_delta`, ...,
 `message_stop`) reach the caller as they arrive and are journaled when the stream ends
-(`{"stream": [event, ...]}`); a replay yields them again as `RawMessageStreamEvent` objects.
+(`{"stream": ...}`: every event, stored compactly); a replay yields them again as
+`RawMessageStreamEvent` objects.
 `messages.stream(...)` is the SDK's own `MessageStreamManager` over that same journaled stream,
 so `.text_stream`, `get_final_message()` and its events work live and replayed. A stream closed
 before its end is not journaled, so that call runs again on the next invocation. Steps are

@@ -13,17 +13,21 @@ goes to the provider and the response, as the JSON the API sent, is journaled wi
         reply = client.chat.completions.create(model="gpt-4o-mini", messages=[...])
 
 With `stream=True`, chunks reach the caller as they arrive and the whole stream is journaled
-when it ends (`{"stream": [chunk, ...]}`); a replay yields the recorded chunks one by one as
-`ChatCompletionChunk` or `ResponseStreamEvent` objects. A stream closed before its end is not
-journaled, so that call runs again on the next invocation. Steps are named after the method
-(`chat.completions.create`, `responses.create`, or `name=`) and counted like any other step.
+when it ends (`{"stream": ...}`: every chunk, stored compactly); a replay yields the recorded
+chunks one by one as `ChatCompletionChunk` or `ResponseStreamEvent` objects. A stream closed
+before its end is not journaled, so that call runs again on the next invocation.
+`chat.completions.stream(...)` is the SDK's own stream helper over that same journaled stream,
+so its events,
+`get_final_completion()` and a `response_format` type's parsing work live and replayed. Steps
+are named after the method (`chat.completions.create`, `chat.completions.stream`,
+`responses.create`, or `name=`) and counted like any other step.
 Every other attribute of the client passes through unjournaled. The engine, shared with the
 Anthropic integration, is `kassette.integrations._recording`.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 try:
     import openai
@@ -77,10 +81,33 @@ class _JournaledClient(_recording.Passthrough):
 
 class _Chat(_recording.Passthrough):
     @property
-    def completions(self) -> _recording.Journaled:
-        return _recording.Journaled(
-            self._wrapped.completions, self._recorder, "chat.completions.create"
-        )
+    def completions(self) -> _Completions:
+        return _Completions(self._wrapped.completions, self._recorder, "chat.completions.create")
+
+
+class _Completions(_recording.Journaled):
+    """`chat.completions`: `create` journaled by the engine, `stream` the SDK's own stream
+    helper (`ChatCompletionStreamManager`) over a journaled `create(stream=True)`."""
+
+    def stream(self, **kwargs: Any) -> Any:
+        # the SDK's helper builds the request (a response_format type as its JSON schema, the
+        # tools checked) and calls its resource's `create`: here, the journaled one
+        return type(self._wrapped).stream(_StreamRequests(self), **kwargs)
+
+
+class _StreamRequests(_recording.Passthrough):
+    """The completions resource as the stream helper sees it: its `create` is journaled as
+    `chat.completions.stream`; everything else is the SDK's."""
+
+    def __init__(self, completions: _Completions) -> None:
+        super().__init__(completions._wrapped, completions._recorder)
+        self._completions = completions
+
+    def create(self, **kwargs: Any) -> Any:
+        journaled, send = self._completions, self._wrapped.create
+        if self._recorder.asynchronous:
+            return journaled.call_async("chat.completions.stream", kwargs, send)
+        return journaled.call_sync("chat.completions.stream", kwargs, send)
 
 
 _OPENAI = _recording.Provider(
@@ -91,6 +118,7 @@ _OPENAI = _recording.Provider(
     types={
         ("chat.completions.create", False): ChatCompletion,
         ("chat.completions.create", True): ChatCompletionChunk,
+        ("chat.completions.stream", True): ChatCompletionChunk,
         ("responses.create", False): Response,
         ("responses.create", True): ResponseStreamEvent,
     },

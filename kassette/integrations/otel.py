@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
-from kassette._codec import to_json
+from kassette._codec import TERMINAL_TYPES
 from kassette._extras import requires
+from kassette._otlp_spans import KIND_CLIENT, STATUS_ERROR, STATUS_OK, RunTrace
 from kassette.core import Listener, add_listener, remove_listener
 from kassette.errors import InvalidArgumentError
 
@@ -47,15 +47,14 @@ with requires("kassette.integrations.otel"):
 __all__ = ["instrument", "uninstrument"]
 
 _log = logging.getLogger(__name__)
-_ENVELOPE = ("type", "session", "offset", "timestamp")
-_ENDS_SESSION = frozenset({"complete", "error", "cancel", "suspend"})
-_TERMINAL = frozenset({"complete", "error", "cancel"})
-_STATUS = {1: StatusCode.OK, 2: StatusCode.ERROR}
-_KIND = {3: SpanKind.CLIENT}
+_ENDS_SESSION = TERMINAL_TYPES | {"suspend"}
+_STATUS = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
+_KIND = {KIND_CLIENT: SpanKind.CLIENT}
 
 
 class _Emitter(Listener):
-    """The rows of each open session of this process, and where their spans go."""
+    """The trace of each open session of this process (`RunTrace`, the export's own mapping),
+    and where its spans go. A session's trace is dropped when the session ends or closes."""
 
     def __init__(self, provider: TracerProvider, include_content: bool) -> None:
         # the SDK's tracer takes its span and trace ids from the provider's id generator when
@@ -68,8 +67,18 @@ class _Emitter(Listener):
         finally:
             provider.id_generator = kept
         self.include_content = include_content
-        self.sessions: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        # (run id, session) -> its run's trace, and the offsets of its blocks and waits
+        self.sessions: dict[tuple[str, int], tuple[RunTrace, list[int]]] = {}
         self.lock = threading.Lock()
+
+    def opened(self, run_id: str, session: int, entries: Sequence[Mapping[str, Any]]) -> None:
+        # the run's past gives the ids (its creation), a fork's source and the open blocks
+        trace = RunTrace(run_id, include_content=self.include_content)
+        for entry in entries:
+            if entry["session"] != session:
+                trace.add(entry)
+        with self.lock:
+            self.sessions[run_id, session] = (trace, [])
 
     def appended(self, run_id: str, entry: Mapping[str, Any]) -> None:
         try:
@@ -82,37 +91,32 @@ class _Emitter(Listener):
             self.sessions.pop((run_id, session), None)
 
     def entry(self, run_id: str, entry: Mapping[str, Any]) -> None:
-        key = (run_id, int(entry["session"]))
-        kind = entry["type"]
-        ended = kind in _ENDS_SESSION
-        step = kind == "step" and entry.get("kind") != "parallel"
-        row = _row(run_id, entry)
+        """Place the entry in its session's trace; emit a step's span as the step ends, and
+        the session's, its blocks' and waits' (and the run's, at its end) as the session ends."""
+        key = (run_id, entry["session"])
+        kind, span = entry["type"], None
         with self.lock:
-            rows = self.sessions.setdefault(key, [])
-            if not step:
-                rows.append(row)  # what the session's own spans need when it ends
-            if ended:
+            found = self.sessions.get(key)
+            if found is None:  # a session opened before `instrument()`
+                return
+            trace, held = found
+            trace.add(entry)
+            if kind == "suspend" or entry.get("kind") == "parallel":
+                held.append(entry["offset"])
+            elif kind == "step":
+                span = trace.entry_span(entry["offset"])
+            if kind in _ENDS_SESSION:
                 del self.sessions[key]
-            # a step's span needs its session's start and the blocks it may sit in, not every
-            # step before it: linear in the steps
-            snapshot = list(rows) if ended else [*rows, row]
-        if not (step or ended):
-            return
-        for span in _spans(run_id, snapshot, kind, self.include_content):
-            attributes = {pair["key"]: _value(pair["value"]) for pair in span["attributes"]}
-            offset = attributes.get("kassette.offset")
-            if offset is None:  # the session's span; the run's, with a terminal entry
-                wanted = ended and ("kassette.session" in attributes or kind in _TERMINAL)
-            else:  # a step as it ends; with the session, its parallel blocks and suspends
-                wanted = (step and offset == entry["offset"]) or (
-                    ended
-                    and (
-                        attributes["kassette.entry_type"] == "suspend"
-                        or attributes.get("kassette.kind") == "parallel"
-                    )
-                )
-            if wanted:
-                self.emit(span)
+        if span is not None:  # a step's, as it ends
+            self.emit(span)
+        if kind in _ENDS_SESSION:
+            wanted = {trace.span_id("session", key[1])}
+            wanted |= {trace.span_id("entry", offset) for offset in held}
+            if kind in TERMINAL_TYPES:
+                wanted.add(trace.span_id("run"))
+            for span in trace.spans():
+                if span["spanId"] in wanted:
+                    self.emit(span)
 
     def emit(self, span: dict[str, Any]) -> None:
         """Start and end the SDK span of an OTLP/JSON span, with its ids and times."""
@@ -174,24 +178,6 @@ class _Ids(IdGenerator):
         return ids[0] if ids else self.inner.generate_trace_id()
 
 
-def _spans(
-    run_id: str, rows: list[dict[str, Any]], kind: str, include_content: bool
-) -> list[dict[str, Any]]:
-    """The OTLP/JSON spans `kx.to_otlp` gives for these rows of one session."""
-    import pyarrow as pa
-
-    from kassette.explore import ENTRY_SCHEMA, RUN_SCHEMA, Journals, to_otlp
-
-    entries = pa.Table.from_pylist([{**row, "copied": False} for row in rows], schema=ENTRY_SCHEMA)
-    status = {"complete": "completed", "error": "failed", "cancel": "canceled"}
-    run: dict[str, Any] = dict.fromkeys(RUN_SCHEMA.names)
-    run |= {"run_id": run_id, "status": status.get(kind, "running"), "pending_events": []}
-    run |= {"sessions": 1, "steps": 0, "llm_calls": 0, "input_tokens": 0, "output_tokens": 0}
-    runs = pa.Table.from_pylist([run], schema=RUN_SCHEMA)
-    found = to_otlp(Journals(entries, runs), include_content=include_content)
-    return list(found["resourceSpans"][0]["scopeSpans"][0].get("spans", []))
-
-
 _ACTIVE: dict[str, _Emitter] = {}
 
 
@@ -214,27 +200,6 @@ def uninstrument() -> None:
     emitter = _ACTIVE.pop("emitter", None)
     if emitter is not None:
         remove_listener(emitter)
-
-
-def _row(run_id: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """An entry as a row of `Journals.entries` (what the OTLP mapping reads)."""
-    kind = entry["type"]
-    step_id = entry.get("stepId") or entry.get("eventId")
-    duration = entry.get("durationMs")
-    return {
-        "run_id": run_id,
-        "offset": entry["offset"],
-        "session": entry["session"],
-        "type": kind,
-        "timestamp": datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")),
-        "step_id": step_id,
-        "name": entry.get("name"),
-        "kind": entry.get("kind") or ("step" if kind == "step" else None),
-        "event": entry.get("event"),
-        "duration_ms": float(duration) if duration is not None else None,
-        "edited": entry.get("edited") is True,
-        "value": to_json({k: v for k, v in entry.items() if k not in _ENVELOPE}),
-    }
 
 
 def _attributes(pairs: list[dict[str, Any]]) -> dict[str, Any]:

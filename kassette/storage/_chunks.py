@@ -145,7 +145,9 @@ class Head:
             "tail": self.tail_entries,
             "fanout": self.fanout,
         }
-        return json.dumps(header, separators=(",", ":")).encode() + b"\n" + self.tail
+        # the pure-Python encoder (not one-shot): works whatever json.encoder.c_make_encoder is
+        text = "".join(json.JSONEncoder(separators=(",", ":")).iterencode(header))
+        return text.encode() + b"\n" + self.tail
 
 
 def parse_head(body: bytes, run_id: str) -> Head:

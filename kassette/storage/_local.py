@@ -217,7 +217,8 @@ class LocalStorage:
         started = _process_start(os.getpid())
         if started is not None:
             holder["started"] = started
-        content = json.dumps(holder).encode()
+        # the pure-Python encoder (not one-shot): works whatever json.encoder.c_make_encoder is
+        content = "".join(json.JSONEncoder().iterencode(holder)).encode()
         try:
             self._acquire(run_id, path, content)
         except OSError as exc:

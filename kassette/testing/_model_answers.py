@@ -196,6 +196,7 @@ def _digest(text: str) -> int:
 def _topics(prompt: Prompt) -> list[str]:
     """Runs of up to three content words from the last user turn (then the system text)."""
     phrases: list[str] = []
+    seen: set[str] = set()  # `phrases` as a set: a long prompt has many
     said = prompt.last_user_text
     for tool in prompt.tools:  # a tool's name is how the user asks for it, not the topic
         said = re.sub(re.escape(tool.name), " ", said, flags=re.IGNORECASE)
@@ -207,8 +208,9 @@ def _topics(prompt: Prompt) -> list[str]:
                 run.append(word)
                 continue
             phrase = " ".join(run)
-            if phrase and phrase not in phrases:
+            if phrase and phrase not in seen:
                 phrases.append(phrase)
+                seen.add(phrase)
             run = [word] if word else []
         if len(phrases) >= 2:
             break
@@ -218,15 +220,27 @@ def _topics(prompt: Prompt) -> list[str]:
 
 def _topic_word(source: str, match: re.Match[str] | None) -> str:
     """A content word as it reads inside a sentence ("" for a stop word or the end)."""
-    word = "" if match is None else match[0]
-    named = any(c.isdigit() or c.isupper() for c in word[1:])  # S3, iPhone, GPT4
-    if match is None or (len(word) < 3 and not named) or word.lower() in _STOPWORDS:
+    if match is None:
+        return ""
+    word = match[0]
+    if len(word) < 3 and not any(c.isdigit() or c.isupper() for c in word[1:]):
+        return ""  # a short word, unless a name (S3, iPhone, GPT4)
+    if word.lower() in _STOPWORDS:
         return ""
     if word.endswith("ed") and not word[:1].isupper():
         return ""  # mostly a verb (stopped, rotated), not what the text is about
-    sentence_start = source[: match.start()].rstrip()[-1:] in ("", ".", "?", "!", ":")
+    sentence_start = _before(source, match.start()) in ("", ".", "?", "!", ":")
     # a capital only starting a sentence is not a name; an acronym or a name keeps its case
     return word.lower() if sentence_start and not word.isupper() else word
+
+
+def _before(source: str, end: int) -> str:
+    """The last character before `end` that is not white space ("" at the start): found by
+    walking back over the gap, not by copying all that comes before (quadratic in a prompt)."""
+    at = end - 1
+    while at >= 0 and source[at].isspace():
+        at -= 1
+    return source[at] if at >= 0 else ""
 
 
 def _text(topics: list[str], base: random.Random, key: tuple[Any, ...], temperature: float) -> str:

@@ -33,12 +33,18 @@ def lab_environment(root: Path) -> dict[str, str]:
         env[variable] = str(root / name)
     settings = {
         # every cell in the page, not only those scrolled into view
-        "notebook-extension/tracker": {"windowingMode": "none"},
+        "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
         # no news or update checks (they would ask for an answer, then go online)
-        "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/apputils-extension/notification": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },
+        # a saved notebook keeps its widgets' state, as a user's "Save Widget State
+        # Automatically" does: what a view leaves in the .ipynb is measured
+        "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True},
     }
     for plugin, values in settings.items():
-        path = root / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path = root / "settings" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     return env

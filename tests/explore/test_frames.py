@@ -64,6 +64,8 @@ RUN_DTYPES = {
     "input_tokens": "Int64",
     "output_tokens": "Int64",
     "cost_usd": "Float64",
+    "working_s": "Float64",
+    "waiting_s": "Float64",
 }
 
 
@@ -547,3 +549,38 @@ def test_a_fork_written_without_a_workflow_has_no_version_until_one_continues_it
     runs = kx.load(storage).runs.set_index("run_id")
     assert run_status(storage, "fork").version == runs.loc["fork", "version"] == "v2"
     assert runs.loc["root", "version"] == "v1"
+
+
+def waited_journal(start: float = 1.767e9) -> bytes:
+    """Two sessions with a minute's wait for a review between them: 2.5 s of work, the
+    wait, 2 s of work (the second session's step took 1 s before it was journaled)."""
+    lines = [
+        (0.0, 1, {"type": "start", "metadata": {}}),
+        (2.0, 1, {"type": "step", "stepId": "a", "name": "a", "result": 1, "durationMs": 1500}),
+        (2.5, 1, {"type": "suspend", "eventId": "review", "event": "review"}),
+        (62.5, 2, {"type": "start", "metadata": {}}),
+        (62.6, 2, {"type": "resume", "eventId": "review", "event": "review", "value": True}),
+        (64.0, 2, {"type": "step", "stepId": "b", "name": "b", "result": 2, "durationMs": 1000}),
+        (64.5, 2, {"type": "complete", "result": 2}),
+    ]
+    return b"".join(
+        encode({**fields, "session": session, "offset": offset,
+                "timestamp": format_timestamp(start + at)})
+        for offset, (at, session, fields) in enumerate(lines)
+    )  # fmt: skip
+
+
+def test_working_counts_the_sessions_and_waiting_the_gaps_between_them() -> None:
+    """`duration_s` is wall time; `working_s` the sum of the run's sessions and `waiting_s`
+    the rest, so a review that waited a minute does not read as a minute of work."""
+    storage = MemoryStorage()
+    storage.append("waited", waited_journal(), token=None)
+    fork_run(storage, "waited", offset=3, new_run_id="forked")  # copies session 1
+    runs = kx.load(storage).runs.set_index("run_id")
+    waited = runs.loc["waited"]
+    assert waited["duration_s"] == 64.5
+    assert waited["working_s"] == pytest.approx(4.5)  # 0 -> 2.5 s, then 62.5 -> 64.5 s
+    assert waited["waiting_s"] == pytest.approx(60.0)
+    forked = runs.loc["forked"]  # its own session only: the copied 2.5 s were its source's
+    assert forked["working_s"] == 0.0 and pd.isna(forked["waiting_s"])  # open: no end yet
+    assert dtypes(runs.reset_index())["working_s"] == "Float64"

@@ -105,24 +105,38 @@ def by_run(spans: list[Span]) -> dict[str, list[Span]]:
     return runs
 
 
-def test_every_run_is_one_trace_with_the_documented_ids(exported: list[Span]) -> None:
+def created_ms(store: LocalStorage) -> dict[str, int]:
+    """Each run's creation time in ms, read by another reader: the runs frame's `started_at`
+    (its first start, or a fork's own start)."""
+    runs = kx.load(store).runs
+    return {run.run_id: run.started_at.value // 1_000_000 for run in runs.itertuples()}
+
+
+def hashed(text: str, size: int) -> bytes:
+    return hashlib.sha256(text.encode()).digest()[:size]
+
+
+def test_every_run_is_one_trace_with_the_documented_ids(
+    store: LocalStorage, exported: list[Span]
+) -> None:
     runs = by_run(exported)
     assert sorted(runs) == sorted(RUNS)
+    created = created_ms(store)
     for run_id, spans in runs.items():
-        trace = hashlib.sha256(f"kassette-trace\0{run_id}".encode()).digest()[:16]
-        assert {span.trace_id for span in spans} == {trace}
+        me = f"{run_id}\0{created[run_id]}"
+        assert {span.trace_id for span in spans} == {hashed(f"kassette-trace\0{me}", 16)}
         ids = [span.span_id for span in spans]
         assert len(set(ids)) == len(ids)
         (root,) = [span for span in spans if not span.parent_span_id]
-        assert (
-            root.span_id
-            == hashlib.sha256(f"kassette-span\0{run_id}\0run\0{0}".encode()).digest()[:8]
-        )
+        assert root.span_id == hashed(f"kassette-span\0{me}\0run\0{0}", 8)
         for span in spans:
             a = attrs(span)
             if "kassette.offset" in a:
-                key = f"kassette-span\0{run_id}\0entry\0{a['kassette.offset']}".encode()
-                assert span.span_id == hashlib.sha256(key).digest()[:8]
+                key = f"kassette-span\0{me}\0entry\0{a['kassette.offset']}"
+                assert span.span_id == hashed(key, 8)
+            elif span is not root:
+                key = f"kassette-span\0{me}\0session\0{a['kassette.session']}"
+                assert span.span_id == hashed(key, 8)
 
 
 def test_spans_are_the_run_its_sessions_and_its_own_entries(
@@ -252,6 +266,7 @@ def test_a_fork_links_to_its_source_and_does_not_repeat_its_prefix(
     runs = by_run(exported)
     source = {span.span_id: span for span in runs["source"]}
     journals = kx.load(store)
+    entries = journals.entries
     for run in journals.runs.itertuples():
         if run.run_id not in ("edited", *[f"fan.{i}" for i in range(5)]):
             continue
@@ -261,10 +276,17 @@ def test_a_fork_links_to_its_source_and_does_not_repeat_its_prefix(
         assert a["kassette.fork.offset"] == run.fork_offset
         assert a["kassette.fork.group"] == f"source@{run.fork_offset}"
         assert [link.trace_id for link in root.links] == [runs["source"][0].trace_id] * 2
+        assert [attrs(link) for link in root.links] == [
+            {"kassette.link": "fork source", "kassette.fork.offset": run.fork_offset},
+            {"kassette.link": "fork point", "kassette.fork.offset": run.fork_offset},
+        ]
         whole, point = (source[link.span_id] for link in root.links)  # both are exported spans
         assert not whole.parent_span_id
-        assert attrs(point)["kassette.offset"] == run.fork_offset
-        assert attrs(point)["kassette.step_id"] == DRAFT
+        # the fork point: the source's span of the entry before the fork (here its plan step)
+        before = entries[(entries["run_id"] == "source")
+                         & (entries["offset"] == run.fork_offset - 1)].iloc[0]  # fmt: skip
+        assert attrs(point)["kassette.offset"] == run.fork_offset - 1
+        assert attrs(point)["kassette.step_id"] == before["step_id"] == "plan"
         offsets = [
             attrs(s)["kassette.offset"] for s in runs[run.run_id] if "kassette.offset" in attrs(s)
         ]
@@ -383,7 +405,8 @@ def test_send_otlp_names_the_batch_an_endpoint_refuses(
     second = journals.run_ids[4:8]
     message = str(raised.value)
     assert f"batch 2 (runs {second[0]} .. {second[-1]}, 4 runs)" in message
-    assert "HTTP 400 bad span" in message
+    assert "HTTP 400 Bad Request: bad span" in message
+    assert f"resume_from={second[0]!r}" in message
     assert len(handler.bodies) == 2  # the batches after it are not sent
     with pytest.raises(InvalidArgumentError):
         kx.send_otlp(journals, "127.0.0.1:4318", progress=False)

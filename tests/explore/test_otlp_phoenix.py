@@ -5,7 +5,11 @@ own: `.venv-phoenix/` at the repository root (`.ci/run` creates it), or the inte
 by `$KASSETTE_PHOENIX_PYTHON`. The fixture starts `phoenix.server.main serve` on free
 127.0.0.1 ports with its SQLite in a temporary directory and telemetry off, waits (bounded) for
 `/healthz`, then the test posts the runs with `kx.send_otlp` and reads the spans back through
-Phoenix's REST API (`/v1/projects/default/spans`). Without Phoenix the module is skipped,
+Phoenix's REST API (`/v1/projects/default/spans`). Every port Phoenix opens is bound to
+127.0.0.1: its HTTP port by PHOENIX_HOST, its gRPC port (which Phoenix binds to `[::]`
+whatever it is told) by starting it through `LOCAL_ONLY`, which rewrites the address grpc's
+server is given; a test reads the sockets the process group listens on from /proc and checks
+them. Without Phoenix the module is skipped,
 except under CI=true, where a missing one fails unless `.ci/run` said it could not install
 it (KASSETTE_NO_PHOENIX).
 """
@@ -22,6 +26,7 @@ import time
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +38,7 @@ from kassette import explore as kx
 from kassette.testing import fake_model_server
 
 sys.path.insert(0, str(Path(__file__).parent))
-from otel_support import DRAFT, RUNS, populate
+from otel_support import RUNS, populate
 
 ROOT = Path(__file__).resolve().parents[2]
 PHOENIX_PYTHON = Path(
@@ -48,6 +53,31 @@ START_TIMEOUT = 180.0  # s: Phoenix migrates its SQLite and starts in 20-30 s on
 INGEST_TIMEOUT = 60.0  # s: Phoenix writes received spans in batches
 
 
+# Phoenix's gRPC server binds "[::]:PORT" (phoenix/server/grpc_server.py) with no setting to
+# change it: the process is started with grpc's add_*_port wrapped to bind 127.0.0.1 instead
+LOCAL_ONLY = """
+import runpy, sys
+from grpc.aio import _server
+
+def local(add):
+    def bind(self, address, *args):
+        return add(self, "127.0.0.1:" + address.rsplit(":", 1)[1], *args)
+    return bind
+
+_server.Server.add_insecure_port = local(_server.Server.add_insecure_port)
+_server.Server.add_secure_port = local(_server.Server.add_secure_port)
+sys.argv = ["phoenix", "serve"]
+runpy.run_module("phoenix.server.main", run_name="__main__", alter_sys=True)
+"""
+
+
+@dataclass
+class Phoenix:
+    url: str
+    pid: int
+    ports: tuple[int, int]  # HTTP, gRPC
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -55,26 +85,26 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
     if not PHOENIX_PYTHON.exists():
         if REQUIRED:
             pytest.fail(f"{NO_PHOENIX}: CI=true, and .ci/run did not report failing to install it")
         pytest.skip(NO_PHOENIX)
     work = tmp_path_factory.mktemp("phoenix")
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(work),
         "PHOENIX_HOST": "127.0.0.1",
         "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_GRPC_PORT": str(grpc_port),
         "PHOENIX_WORKING_DIR": str(work),
         "PHOENIX_TELEMETRY_ENABLED": "false",
     }
     url = f"http://127.0.0.1:{port}"
     with (work / "phoenix.log").open("wb") as log:
         process = subprocess.Popen(
-            [str(PHOENIX_PYTHON), "-m", "phoenix.server.main", "serve"],
+            [str(PHOENIX_PYTHON), "-c", LOCAL_ONLY],
             env=env,
             cwd=work,
             stdin=subprocess.DEVNULL,
@@ -96,7 +126,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if time.monotonic() > deadline:
                 pytest.fail(f"Phoenix not up in {START_TIMEOUT} s: {work / 'phoenix.log'}")
             time.sleep(0.5)
-        yield url
+        yield Phoenix(url, process.pid, (port, grpc_port))
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -104,6 +134,52 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=20)
+
+
+def group_sockets(group: int) -> list[tuple[str, str, int]]:
+    """(protocol, address, port) of every TCP socket listening and every UDP socket bound by
+    the processes of `group` (a process group id), read from /proc."""
+    inodes: set[str] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != group:  # the process group (after state and ppid)
+                continue
+            for fd in (stat.parent / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:  # a process that ended meanwhile
+            continue
+    found = []
+    for protocol in ("tcp", "tcp6", "udp", "udp6"):
+        for line in Path(f"/proc/{group}/net/{protocol}").read_text().splitlines()[1:]:
+            fields = line.split()
+            (host, port), state, inode = fields[1].split(":"), fields[3], fields[9]
+            listening = state == "0A" if protocol.startswith("tcp") else int(port, 16) != 0
+            if inode in inodes and listening:
+                found.append((protocol, address(host), int(port, 16)))
+    return found
+
+
+def address(hexed: str) -> str:
+    """/proc/net's address: 32-bit words of the address, each in host (little-endian) order;
+    an IPv4-mapped IPv6 address (`::ffff:127.0.0.1`) as the IPv4 one it is."""
+    raw = b"".join(bytes.fromhex(hexed[at : at + 8])[::-1] for at in range(0, len(hexed), 8))
+    if len(raw) == 16 and raw[:12] == b"\0" * 10 + b"\xff\xff":  # an IPv4 address on IPv6
+        raw = raw[12:]
+    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+    return socket.inet_ntop(family, raw)
+
+
+def test_every_port_phoenix_opens_is_bound_to_127_0_0_1(phoenix: Phoenix) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not set(phoenix.ports) <= {port for _, _, port in group_sockets(phoenix.pid)}:
+        assert time.monotonic() < deadline, group_sockets(phoenix.pid)  # gRPC starts later
+        time.sleep(0.5)
+    found = group_sockets(phoenix.pid)
+    assert set(phoenix.ports) <= {port for _, _, port in found}  # HTTP and gRPC both open
+    assert {host for _, host, _ in found} == {"127.0.0.1"}, found
 
 
 def phoenix_spans(url: str) -> list[dict[str, Any]]:
@@ -130,15 +206,16 @@ def settled(url: str, wanted: int) -> list[dict[str, Any]]:
         time.sleep(0.5)
 
 
-def test_phoenix_holds_every_run_as_its_trace(phoenix: str) -> None:
+def test_phoenix_holds_every_run_as_its_trace(phoenix: Phoenix) -> None:
+    url = phoenix.url
     storage = MemoryStorage()
     with fake_model_server(seed=7) as server:
         populate(storage, server)
     journals = kx.load(storage)
     expected = kx.to_otlp(journals)["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    sent = kx.send_otlp(journals, f"{phoenix}/v1/traces", progress=False)
+    sent = kx.send_otlp(journals, f"{url}/v1/traces", progress=False)
     assert sent == {"runs": len(RUNS), "spans": len(expected), "requests": 1}
-    spans = settled(phoenix, len(expected))
+    spans = settled(url, len(expected))
 
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for span in spans:
@@ -182,14 +259,14 @@ def test_phoenix_holds_every_run_as_its_trace(phoenix: str) -> None:
             assert a["llm.token_count.completion"] == call.output_tokens
             assert a["gen_ai.usage.input_tokens"] == call.input_tokens
             assert a["llm.model_name"] == a["gen_ai.response.model"] == call.model
-        # the fork link: the source and the source's span at the fork offset, in Phoenix
+        # the fork links: the source and its span before the fork point, both in Phoenix
         if isinstance(run.parent_run_id, str):  # pd.NA for a run that is no fork
             a = root["attributes"]
             assert a["kassette.fork.source_run_id"] == run.parent_run_id
             assert a["kassette.fork.offset"] == run.fork_offset
             point = [s for s in by_run[run.parent_run_id]
-                     if s["attributes"].get("kassette.offset") == run.fork_offset]  # fmt: skip
-            assert [s["attributes"]["kassette.step_id"] for s in point] == [DRAFT]
+                     if s["attributes"].get("kassette.offset") == run.fork_offset - 1]  # fmt: skip
+            assert [s["attributes"]["kassette.step_id"] for s in point] == ["plan"]
             linked = next(s for s in expected if s["spanId"] == root["context"]["span_id"])
             assert {link["spanId"] for link in linked["links"]} == {
                 point[0]["context"]["span_id"],
@@ -203,7 +280,7 @@ def test_phoenix_holds_every_run_as_its_trace(phoenix: str) -> None:
 
     # a second export adds no spans: send everything again, then a run that was not there,
     # and once that one is in, count
-    kx.send_otlp(journals, f"{phoenix}/v1/traces", progress=False)
+    kx.send_otlp(journals, f"{url}/v1/traces", progress=False)
     later = MemoryStorage()
     with fake_model_server(seed=8) as server:
         populate(later, server)
@@ -215,13 +292,13 @@ def test_phoenix_holds_every_run_as_its_trace(phoenix: str) -> None:
         return table.set_column(table.schema.get_field_index("run_id"), "run_id", column)
 
     extra = kx.Journals(renamed_table(renamed[0]), renamed_table(renamed[1]))
-    extra_spans = kx.send_otlp(extra, f"{phoenix}/v1/traces", progress=False)["spans"]
-    after = settled(phoenix, len(spans) + extra_spans)
+    extra_spans = kx.send_otlp(extra, f"{url}/v1/traces", progress=False)["spans"]
+    after = settled(url, len(spans) + extra_spans)
     deadline = time.monotonic() + INGEST_TIMEOUT
     while not any(s["attributes"]["kassette.run_id"] == "sentinel" for s in after):
         assert time.monotonic() < deadline, "the sentinel run never arrived"
         time.sleep(0.5)
-        after = phoenix_spans(phoenix)
+        after = phoenix_spans(url)
     counts = Counter(span["attributes"]["kassette.run_id"] for span in after)
     assert counts.pop("sentinel") == extra_spans
     assert counts == Counter(span["attributes"]["kassette.run_id"] for span in spans)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import subprocess
@@ -74,3 +75,38 @@ def test_no_public_name_hides_a_module_of_the_same_name() -> None:
             assert importlib.util.find_spec(f"{package.__name__}.{name}") is None, name
     assert sys.modules["kassette.explore._compare"] is not kx.compare
     assert callable(kx.compare) and callable(kx.lineage) and callable(kx.export)
+
+
+LAZY = {"RunTree", "CompareView", "ForkExplorer", "to_otlp", "send_otlp"}
+HELPERS = {"pandas", "pyarrow", "Any", "TYPE_CHECKING", "annotations", "typing", "widgets"}
+
+
+def test_dir_lists_the_lazy_names_and_no_imported_helper() -> None:
+    listed = set(dir(kx))
+    assert listed >= LAZY and set(kx.__all__) == listed
+    assert not listed & HELPERS
+
+
+def test_tab_completion_offers_kassettes_names_and_no_helper() -> None:
+    """What `kx.<Tab>` offers in IPython (as JupyterLab's kernel asks it), with Jedi and
+    without: the lazy widgets and OTLP functions, and no `pandas`, `Any` or `annotations`."""
+    script = (
+        "from IPython.core.completer import provisionalcompleter\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "shell.run_cell('from kassette import explore as kx')\n"
+        "for jedi in (True, False):\n"
+        "    shell.Completer.use_jedi = jedi\n"
+        "    with provisionalcompleter():\n"
+        "        found = {c.text.lstrip('.') for c in shell.Completer.completions('kx.', 3)}\n"
+        "    print(sorted(name for name in found if not name.startswith('_')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    offers = done.stdout.strip().splitlines()
+    assert len(offers) == 2
+    for line in offers:
+        names = set(ast.literal_eval(line))  # a printed list of names
+        assert names >= LAZY, line
+        assert not names & HELPERS, line

@@ -10,12 +10,13 @@ the number palette. Screenshots go to the test's temporary directory (printed wi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, expect, sync_playwright
 from test_browser import BROWSER_ARGS, CHROMIUM, NO_CHROMIUM
 
 from kassette import MemoryStorage, kassette
@@ -24,7 +25,7 @@ from kassette.explore._widgets._colors import SCALE
 from kassette.explore._widgets._rows import FOLDED, pretty_json
 
 SYNCED = ("_forest", "legend", "selected", "details", "entries", "page", "pages", "message")
-SYNCED_TOO = ("can_resume",)
+SYNCED_TOO = ("can_resume", "_forest_id", "_forest_runs", "follow")
 MOUNT = """async ({esm, css, state, width}) => {
   const style = document.createElement("style");
   style.textContent = css;
@@ -44,9 +45,13 @@ MOUNT = """async ({esm, css, state, width}) => {
     save_changes: () => {},
     on: (event, f) => (handlers[event] ??= []).push(f),
     off: (event, f) => { handlers[event] = (handlers[event] || []).filter((g) => g !== f); },
-    send: () => {},
+    send: (content) => window.sent.push(content),
   };
   window.sets = [];
+  window.sent = [];
+  // a custom message from the kernel, its one buffer given as text
+  window.message = (content, text) => (handlers["msg:custom"] || []).forEach((f) =>
+    f(content, [new DataView(new TextEncoder().encode(text).buffer)]));
   // what the Python side syncs back, as the widget manager would: values, then change events
   window.push = (changes) => {
     Object.assign(model.state, changes);
@@ -282,3 +287,85 @@ def contrast(first: str, second: str) -> float:
 
     high, low = sorted((luminance(first), luminance(second)), reverse=True)
     return high / low
+
+
+def shown(page: Page) -> list[str]:
+    """The runs the filter matched (not the ancestors kept as context)."""
+    nodes = page.locator(".kx-node:not(.kx-context)")
+    return [nodes.nth(i).get_attribute("data-run-id") or "" for i in range(nodes.count())]
+
+
+def test_the_search_filters_on_numbers_and_names_an_unknown_one(page: Page, tmp_path: Path) -> None:
+    """`temperature>0.7`, `temperature >= 0.5 b1`, `temperature<0.2 temperature!=0.1 steps=16`:
+    the runs whose numbers pass, as the kernel's columns say; a name with no number says which
+    names there are."""
+    journals, _ = twenty_branches()
+    tree = kx.RunTree(journals, selected="task")
+    mount(page, tree)
+    numbers, ids = tree.forest["numbers"], tree.forest["id"]
+    search, count = page.locator(".kx-search"), page.locator(".kx-count")
+    for query, test in [
+        ("temperature>0.7", lambda i: (numbers["temperature"][i] or 0) > 0.7),
+        ("temperature >= 0.5 b1", lambda i: (numbers["temperature"][i] or 0) >= 0.5),
+        ("temperature<0.2 temperature!=0.1 steps=16", lambda i: numbers["steps"][i] == 16
+         and numbers["temperature"][i] is not None and numbers["temperature"][i] not in (0.1,)
+         and numbers["temperature"][i] < 0.2),
+    ]:  # fmt: skip
+        search.fill(query)
+        wanted = [run_id for i, run_id in enumerate(ids) if test(i)]
+        if " b1" in query:
+            wanted = [run_id for run_id in wanted if "b1" in run_id]
+        assert 0 < len(wanted) < len(ids), query
+        expect(count).to_have_text(f"{len(wanted)} of {len(ids)} runs")
+        assert shown(page) == wanted, query
+    loose = (
+        "() => [...document.querySelector('.kx-details').childNodes].filter(n => n.nodeType === 3)"
+    )
+    assert page.evaluate(f"{loose}.map(n => n.textContent)") == []  # no stray "null" text
+    search.fill("temperature>0.7")
+    expect(count).to_have_text("5 of 22 runs")  # 0.75, 0.8, 0.85, 0.9, 0.95
+    page.screenshot(path=tmp_path / "tree-search-temperature.png")
+    search.fill("temprature>1")
+    expect(count).to_contain_text('0 of 22 runs (no number "temprature": cost_usd')
+    expect(count).to_contain_text("temperature")
+    print(f"screenshots: {tmp_path}")
+
+
+def test_a_forest_too_large_to_save_is_asked_of_the_kernel(page: Page, tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    for number in range(2_000):
+        line = b'{"type":"start","session":1,"offset":0,"params":{"temperature":%d}}\n' % (
+            number % 3
+        )
+        storage.append(f"run-{number:04d}", line, token=None)
+    tree = kx.RunTree(kx.load(storage))
+    assert tree._forest == "" and tree._forest_runs == 2_000  # not in the saved state
+    mount(page, tree)
+    expect(page.locator(".kx-count")).to_contain_text("2,000 runs: loading from the kernel")
+    assert page.evaluate("window.sent") == [{"kind": "forest", "id": tree._forest_id}]
+    replies: list[tuple[Any, Any]] = []
+    tree.send = lambda content, buffers=None: replies.append((content, buffers))  # type: ignore[method-assign]
+    tree._message(tree, page.evaluate("window.sent[0]"))
+    ((content, buffers),) = replies
+    page.evaluate("([c, text]) => window.message(c, text)", [content, buffers[0].decode()])
+    expect(page.locator(".kx-count")).to_have_text("2,000 runs")
+    expect(page.locator('.kx-node[data-run-id="run-0000"]')).to_have_class(
+        re.compile("kx-selected")
+    )
+    page.locator(".kx-search").fill("temperature=2")
+    expect(page.locator(".kx-count")).to_have_text("666 of 2,000 runs")
+    page.screenshot(path=tmp_path / "tree-2000-from-the-kernel.png")
+
+
+def test_follow_newest_is_a_box_and_a_click_on_a_run_unticks_it(page: Page) -> None:
+    journals, _ = twenty_branches()
+    tree = kx.RunTree(journals, follow=True)
+    assert tree.selected == "task-edited"  # the run that started last
+    mount(page, tree)
+    box = page.locator(".kx-follow input")
+    expect(box).to_be_checked()
+    page.locator('.kx-node[data-run-id="task-b03"]').click()
+    assert page.evaluate("window.sets.slice(-2)") == [["follow", False], ["selected", "task-b03"]]
+    expect(box).not_to_be_checked()
+    box.check()
+    assert page.evaluate("window.sets.at(-1)") == ["follow", True]

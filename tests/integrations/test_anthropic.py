@@ -39,6 +39,7 @@ from kassette import (
     kassette,
     open_run,
 )
+from kassette._model_streams import expanded
 from kassette.core import read_journal
 from kassette.integrations.anthropic import journaled
 from kassette.testing import FakeModelServer, fake_model_server
@@ -168,7 +169,9 @@ def test_stream_true_relays_events_live_and_replays_them_one_by_one(
     assert result.result == text_of(live) and len(result.result) > 20
     [step] = steps(storage, "s1")
     assert list(step["result"]) == ["stream"]
-    types = [event["type"] for event in step["result"]["stream"]]
+    stored = expanded(step["result"])["stream"]  # stored compactly: every event, as sent
+    assert stored == [e.to_dict(mode="json") for e in live]
+    types = [event["type"] for event in stored]
     assert [t for i, t in enumerate(types) if i == 0 or types[i - 1] != t] == EVENT_TYPES
     assert step["call"]["request"] == server.requests[0][1]
     assert step["call"]["request"]["stream"] is True

@@ -32,6 +32,11 @@ from kassette.testing import FakeModelServer, fake_model_server
 ROOT = Path(__file__).resolve().parent.parent.parent
 MODEL = "gpt-4o-mini"
 COMPLETION = {"id": "c", "object": "chat.completion", "created": 0, "model": MODEL, "choices": []}
+RESPONSE_EVENTS = [
+    "response.created", "response.in_progress", "response.output_item.added",
+    "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+    "response.content_part.done", "response.output_item.done", "response.completed",
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -65,10 +70,10 @@ def writer(storage: Storage, client: OpenAI, seen: list[Any], *, method: str = "
                 draft = reply.choices[0].message.content or ""
         else:
             asked = {"model": MODEL, "input": f"Draft: {topic}"}
-            if stream:
+            if stream:  # the text as a streaming reader assembles it: from the deltas
                 events = list(model.responses.create(**asked, stream=True))
                 seen.append(events)
-                draft = next(e.response.output_text for e in events if e.type.endswith("completed"))
+                draft = "".join(e.delta for e in events if e.type == "response.output_text.delta")
             else:
                 response = model.responses.create(**asked)
                 seen.append(response)
@@ -115,6 +120,18 @@ def test_a_fork_edits_a_model_call_with_text_and_the_branch_continues(
         kind = ChatCompletion if method == "chat" else Response
         assert type(received) is kind
         kind.model_validate(entry["result"])
+    elif method == "responses":  # a well-formed event sequence, its deltas and its end agree
+        assert [e.type for e in received] == RESPONSE_EVENTS
+        assert [e.sequence_number for e in received] == list(range(len(RESPONSE_EVENTS)))
+        [delta] = [e for e in received if e.type == "response.output_text.delta"]
+        done = next(e for e in received if e.type == "response.output_text.done")
+        completed = received[-1].response
+        assert delta.delta == done.text == completed.output_text == "A better draft."
+        assert delta.item_id == done.item_id == completed.output[0].id
+    else:
+        assert [c.choices[0].delta.content for c in received if c.choices] == [
+            "", "A better draft.", None,
+        ]  # fmt: skip
     # the review (live, downstream) was asked about the edited text
     review_request = model_server.requests[-1][1]
     assert review_request["messages"][-1]["content"] == "Review: A better draft."
@@ -251,13 +268,17 @@ def test_cli_fork_with_a_text_result_journals_a_response(client: OpenAI, tmp_pat
 CLAUDE = "claude-3-5-haiku-20241022"
 
 
-def claude_writer(storage: Storage, server: FakeModelServer, how: str) -> Any:
+@pytest.fixture
+def claude(model_server: FakeModelServer) -> Iterator[Any]:
+    anthropic = pytest.importorskip("anthropic")
+    with anthropic.Anthropic(api_key="unused", base_url=model_server.anthropic_base_url) as sdk:
+        yield sdk
+
+
+def claude_writer(storage: Storage, client: Any, how: str, seen: list[Any]) -> Any:
     """The same two-call agent on the Anthropic SDK: `how` is `create`, `stream` (create with
     stream=True) or `helper` (messages.stream)."""
-    anthropic = pytest.importorskip("anthropic")
     from kassette.integrations.anthropic import journaled as journaled_anthropic
-
-    client = anthropic.Anthropic(api_key="unused", base_url=server.anthropic_base_url)
 
     @kassette(storage=storage)
     def agent(ctx: Any, topic: str) -> dict[str, Any]:
@@ -269,6 +290,7 @@ def claude_writer(storage: Storage, server: FakeModelServer, how: str) -> Any:
             draft = "".join(block.text for block in message.content if block.type == "text")
         elif how == "stream":
             events = list(model.messages.create(**asked, stream=True))
+            seen.append(events)
             draft = "".join(
                 e.delta.text
                 for e in events
@@ -287,9 +309,12 @@ def claude_writer(storage: Storage, server: FakeModelServer, how: str) -> Any:
 
 
 @pytest.mark.parametrize("how", ["create", "stream", "helper"])
-def test_an_anthropic_call_is_edited_with_text(model_server: FakeModelServer, how: str) -> None:
+def test_an_anthropic_call_is_edited_with_text(
+    model_server: FakeModelServer, claude: Any, how: str
+) -> None:
     storage = MemoryStorage()
-    agent = claude_writer(storage, model_server, how)
+    seen: list[Any] = []
+    agent = claude_writer(storage, claude, how, seen)
     agent.start("tides", run_id="source")
     asked = model_server.request_count
     source_draft = draft_step(storage, "source")
@@ -313,6 +338,14 @@ def test_an_anthropic_call_is_edited_with_text(model_server: FakeModelServer, ho
         from anthropic.types import Message
 
         Message.model_validate(entry["result"])
+    if how == "stream":  # the events a streaming reader sees: one text delta, then the stop
+        received = seen[-1]
+        assert [e.type for e in received] == [
+            "message_start", "content_block_start", "content_block_delta",
+            "content_block_stop", "message_delta", "message_stop",
+        ]  # fmt: skip
+        assert received[2].delta.text == "Un meilleur brouillon."
+        assert received[4].delta.stop_reason == "end_turn"
     with pytest.raises(
         InvalidArgumentError, match=r"an Anthropic message|Anthropic message events"
     ):

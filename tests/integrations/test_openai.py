@@ -35,6 +35,7 @@ from kassette import (
     open_run,
 )
 from kassette._journal import encode
+from kassette._model_streams import expanded
 from kassette.core import read_journal
 from kassette.integrations.openai import journaled
 
@@ -120,7 +121,9 @@ def test_chat_stream_relays_chunks_live_and_replays_them_one_by_one(
     assert [c.model_dump() for c in replayed] == [c.model_dump() for c in live]
     [step] = steps(storage, "s1")
     assert list(step["result"]) == ["stream"]
-    assert [c["choices"][0]["delta"].get("content") for c in step["result"]["stream"]] == [
+    chunks = expanded(step["result"])["stream"]  # stored compactly: every chunk, as sent
+    assert chunks == [c.to_dict(mode="json") for c in live]
+    assert [c["choices"][0]["delta"].get("content") for c in chunks] == [
         "reply", " 1:", " hello", None,
     ]  # fmt: skip
 

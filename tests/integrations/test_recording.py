@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from kassette.integrations._recording import first_difference, request_of
+from kassette.integrations._recording import first_difference
+from kassette.integrations._requests import request_of, sendable
 
 
 class Sentinel:
@@ -51,17 +52,19 @@ def test_request_of_leaves_out_what_is_not_sent() -> None:
         yield 2
 
     request = request_of(
-        {
-            "model": "m",
-            "top_p": Sentinel(),
-            "metadata": {"user": "u", "skip": Sentinel()},
-            "stop": ("a", "b"),
-            "seq": numbers(),
-            "timeout": 3,
-            "extra_headers": {"x": "1"},
-            "extra_query": {"q": "1"},
-            "extra_body": {"seed": 7, "model": "override"},
-        },
+        sendable(
+            {
+                "model": "m",
+                "top_p": Sentinel(),
+                "metadata": {"user": "u", "skip": Sentinel()},
+                "stop": ("a", "b"),
+                "seq": numbers(),
+                "timeout": 3,
+                "extra_headers": {"x": "1"},
+                "extra_query": {"q": "1"},
+                "extra_body": {"seed": 7, "model": "override"},
+            }
+        ),
         (Sentinel,),
     )
     assert request == {
@@ -71,3 +74,28 @@ def test_request_of_leaves_out_what_is_not_sent() -> None:
         "seq": [1, 2],
         "seed": 7,
     }
+
+
+def test_sendable_consumes_nothing_and_changes_only_what_could_be_consumed() -> None:
+    import base64
+    import io
+
+    file = io.BytesIO(b"0123456789")
+    file.seek(3)  # the SDK reads from where the file stands
+    untouched = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    order = {"b": 1, "a": 2}
+    kwargs = sendable({
+        "messages": [untouched, {"role": "user", "content": (p for p in ["x", "y"])}],
+        "stop": {"zeta", "alpha", "mid"},
+        "keys": order.keys(),
+        "data": file,
+    })  # fmt: skip
+    assert kwargs["messages"][0] is untouched, "what nothing could consume is the user's own"
+    assert kwargs["messages"][1]["content"] == ["x", "y"]
+    assert kwargs["stop"] == ["alpha", "mid", "zeta"]
+    assert kwargs["keys"] is not None and list(kwargs["keys"]) == ["b", "a"]
+    request = request_of(kwargs, ())
+    assert request["keys"] == ["b", "a"], "a dict's keys keep their order"
+    assert base64.b64decode(request["data"]) == b"3456789"
+    assert file.tell() == 3 and kwargs["data"] is file, "the file is read, not consumed"
+    assert request_of(kwargs, ()) == request, "recording twice records the same"

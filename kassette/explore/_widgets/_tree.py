@@ -29,6 +29,7 @@ from kassette.explore._widgets._awaiting import settle
 from kassette.explore._widgets._colors import ColorBy, node_colors
 from kassette.explore._widgets._live import Watcher
 from kassette.explore._widgets._rows import PAGE, TreeNode, entries_of, entry_page, rows, run_header
+from kassette.explore._widgets._tree_data import SAVED_FOREST, newest, numbers, short_text
 
 __all__ = ["PAGE", "RunTree", "TreeNode", "entry_conversation", "model_call_offsets"]
 
@@ -43,7 +44,11 @@ class RunTree(anywidget.AnyWidget):
     fan-out's `Branches` (its scores), a numeric column of `branches.frame` when `branches` is
     given (`color_by="score", branches=b`), or a mapping of run id to number: numbers are drawn
     in viridis bins. With `workflow`, a suspended run's details offer a resume form;
-    `live=True` (or `watch()`) re-reads changed journals every `interval` seconds.
+    `live=True` (or `watch()`) re-reads changed journals every `interval` seconds, and
+    `follow=True` (the "follow newest" box) selects the run that started last each time the
+    tree is shown again: a live tree follows the newest run (clicking a run stops following).
+    The search box takes words and numeric filters (`temperature>1 cost_usd<=0.002`: the runs
+    table's numbers and the params that are numbers).
     """
 
     _esm = esm("tree.js", "conversation.js")
@@ -51,8 +56,12 @@ class RunTree(anywidget.AnyWidget):
 
     selected = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     page = traitlets.Int(0).tag(sync=True)
-    # the forest's columns as JSON text: one string, which ipywidgets does not walk item by item
+    # the forest's columns as JSON text: one string, which ipywidgets does not walk item by
+    # item; "" for a forest too large to save with the notebook (sent on request: _tree_data)
     _forest = traitlets.Unicode("{}").tag(sync=True)
+    _forest_id = traitlets.Int(0).tag(sync=True)  # which forest: bumped whenever it changes
+    _forest_runs = traitlets.Int(0).tag(sync=True)
+    follow = traitlets.Bool(False).tag(sync=True)
     legend: traitlets.List[Any] = traitlets.List().tag(sync=True)
     details = traitlets.Dict().tag(sync=True)
     entries: traitlets.List[Any] = traitlets.List().tag(sync=True)
@@ -74,6 +83,7 @@ class RunTree(anywidget.AnyWidget):
         workflow: Any = None,
         live: bool = False,
         interval: float = 1.0,
+        follow: bool = False,
     ) -> None:
         super().__init__()
         self.add_class("kassette-run-tree")
@@ -82,11 +92,14 @@ class RunTree(anywidget.AnyWidget):
         self.color_by, self.branches = color_by, branches
         self.nodes: dict[str, TreeNode] = {}
         self.forest: dict[str, list[Any]] = {}  # the columns the browser draws
+        self._forest_text = "{}"
         self._entries_table: pa.Table | None = None
         self._watcher: Any = None
         self._lock = threading.RLock()
         self.observe(self._selection_changed, names="selected")
         self.observe(self._page_moved, names="page")
+        self.follow = follow
+        self.observe(self._on_follow, names="follow")
         self.observe(self._entries_shown, names="entries")
         self.observe(self._conversation_opened, names="conversation_offset")
         self.on_msg(self._message)
@@ -171,11 +184,7 @@ class RunTree(anywidget.AnyWidget):
         self.message = why
 
     def __repr__(self) -> str:
-        count = len(self.nodes)
-        return (
-            f"RunTree: {count} run{'s' if count != 1 else ''}, "
-            f"selected {self.selected}\n{self.lineage!r}"
-        )
+        return short_text(self.lineage, len(self.nodes), self.selected)
 
     # -- drawing -----------------------------------------------------------------------------
 
@@ -191,12 +200,13 @@ class RunTree(anywidget.AnyWidget):
             colors, legend = node_colors(journals, forest, self.color_by, self.branches)
             columns, self.nodes = rows(journals, forest, colors)
             keep = selected if selected is not None else self.selected
+            if self.follow:
+                keep = newest(journals, columns["id"])
             if keep not in self.nodes:
                 keep = next(iter(self.nodes), None)
             with self.hold_sync():
                 self.legend = [list(item) for item in legend]
-                self.forest = columns
-                self._forest = json.dumps(columns, ensure_ascii=False, separators=(",", ":"))
+                self._set_forest(journals, columns)
                 if keep == self.selected:
                     self._show_selected(page=self.page)
                 else:
@@ -247,8 +257,34 @@ class RunTree(anywidget.AnyWidget):
         where = {"run_id": self.selected, "offset": self.conversation_offset}
         self.conversation = {**where, **shown} if shown else {}
 
+    # -- what is saved, searched and followed (_tree_data.py) ----------------------------------
+
+    def _set_forest(self, journals: Journals, columns: dict[str, list[Any]]) -> None:
+        """Show `columns` (with the numbers the search filters on); a large forest goes to the
+        browser when it asks (`_send_forest`), not into the saved widget state."""
+        columns["numbers"] = numbers(journals, columns["id"])  # type: ignore[assignment]
+        self.forest = columns
+        text = json.dumps(columns, ensure_ascii=False, separators=(",", ":"))
+        self._forest_text = text
+        self._forest = text if len(text) <= SAVED_FOREST else ""
+        self._forest_runs = len(columns["id"])
+        self._forest_id += 1
+
+    def _send_forest(self) -> None:
+        self.send({"kind": "forest", "id": self._forest_id}, [self._forest_text.encode()])
+
+    def _on_follow(self, change: Any) -> None:
+        if change["new"] and self.nodes:
+            run_id = newest(self.journals, list(self.nodes))
+            if run_id is not None:
+                self.selected = run_id
+
     def _message(self, widget: Any, content: Any, buffers: Any = None) -> None:
-        """The browser's resume form: `{"kind": "resume", "event": E, "value": JSON text}`."""
+        """The browser's requests: the forest (`{"kind": "forest"}`) and the resume form's
+        `{"kind": "resume", "event": E, "value": JSON text}`."""
+        if isinstance(content, dict) and content.get("kind") == "forest":
+            self._send_forest()
+            return
         if not isinstance(content, dict) or content.get("kind") != "resume":
             return
         try:

@@ -1,7 +1,8 @@
 // RunTree's view: a virtualized, foldable, searchable fork forest and the selected run's details.
 // The model holds the forest as columns (JSON text in `_forest`) (id, label, status, color, depth, parent, end, note,
-// edited), where end[i] is the index after run i's last descendant. Only the rows scrolled
-// into view are in the DOM, so 10,000 runs draw as fast as 30.
+// edited, numbers), where end[i] is the index after run i's last descendant. Only the rows scrolled
+// into view are in the DOM, so 10,000 runs draw as fast as 30. A forest too large to save with
+// the notebook is not in `_forest` (""): the view asks the kernel for it (see `loadForest`).
 // `h` (build an element) is dom.js's, prepended to this module in Python.
 
 const ROW = 24; // px per tree row
@@ -76,6 +77,49 @@ function valueCell(text, full) {
   return cell;
 }
 
+// The search box's words: `name>1`, `name<=0.002`, `name=3`, `name!=0` compare a number (the
+// forest's `numbers` columns: the runs table's and the params'); any other word must appear in
+// the run's id, status, params or marks. Spaces around the operator are allowed.
+const COMPARE = /^([A-Za-z_][\w.]*)(<=|>=|!=|==|=|<|>)(-?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)$/i;
+const TESTS = {
+  "<": (a, b) => a < b,
+  "<=": (a, b) => a <= b,
+  ">": (a, b) => a > b,
+  ">=": (a, b) => a >= b,
+  "=": (a, b) => a === b,
+  "==": (a, b) => a === b,
+  "!=": (a, b) => a !== b,
+};
+
+// The query as tests of a row: {words, numeric: [[values, test, number]], unknown: [names]}.
+function parseQuery(text, numbers) {
+  const words = [];
+  const numeric = [];
+  const unknown = [];
+  const tokens = text.trim().replace(/\s*(<=|>=|!=|==|=|<|>)\s*/g, "$1").split(/\s+/).filter(Boolean);
+  for (const token of tokens) {
+    const found = COMPARE.exec(token);
+    if (!found) {
+      words.push(token.toLowerCase());
+      continue;
+    }
+    const values = numbers?.[found[1]];
+    if (values) numeric.push([values, TESTS[found[2]], Number(found[3])]);
+    else unknown.push(found[1]);
+  }
+  return { words, numeric, unknown };
+}
+
+function matchesQuery(query, data, i) {
+  for (const [values, test, number] of query.numeric) {
+    const value = values[i];
+    if (value === null || value === undefined || !test(value, number)) return false;
+  }
+  if (!query.words.length) return true;
+  const text = `${data.id[i]} ${data.status[i]} ${data.note[i]} ${data.edited[i] ? "edited" : ""}`.toLowerCase();
+  return query.words.every((word) => text.includes(word));
+}
+
 // The details panel's model calls: a link on each model-call entry, and the opened one shown
 // as a conversation (conversation.js) above the entries.
 function conversationLink(model, entry) {
@@ -119,12 +163,19 @@ function render({ model, el }) {
   const search = h("input", {
     class: "kx-search",
     type: "search",
-    placeholder: "filter: run id, status, params (words: all must match)",
+    placeholder: "filter: words (run id, status, params) and numbers: temperature>1 cost_usd<0.002",
     "aria-label": "filter runs",
   });
   const count = h("span", { class: "kx-count" });
   const foldAll = h("button", { class: "kx-button", title: "fold every subtree" }, "fold all");
   const unfoldAll = h("button", { class: "kx-button", title: "unfold every subtree" }, "unfold all");
+  const followBox = h("input", { type: "checkbox", class: "kx-follow-box" });
+  const follow = h(
+    "label",
+    { class: "kx-follow", title: "select the run that started last, whenever the tree changes" },
+    followBox,
+    " follow newest",
+  );
   const spacer = h("div", { class: "kx-spacer" });
   const forest = h("div", { class: "kx-forest kassette-forest", tabindex: "0" }, spacer);
   const details = h("div", { class: "kx-details kassette-details" });
@@ -134,13 +185,13 @@ function render({ model, el }) {
       "div",
       { class: "kx-root" },
       legend,
-      h("div", { class: "kx-bar" }, search, count, foldAll, unfoldAll),
+      h("div", { class: "kx-bar" }, search, count, foldAll, unfoldAll, follow),
       h("div", { class: "kx-body" }, forest, details),
     ),
   );
 
   let parsed = null;
-  const columns = () => (parsed ??= JSON.parse(model.get("_forest") || "{}"));
+  const columns = () => (parsed ??= loadForest());
   const size = () => (columns().id || []).length;
 
   function drawLegend() {
@@ -155,19 +206,26 @@ function render({ model, el }) {
     const data = columns();
     const n = size();
     visible = [];
-    const query = search.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
-    if (query.length) {
+    const query = parseQuery(search.value, data.numbers);
+    if (query.words.length || query.numeric.length || query.unknown.length) {
       matched = new Set();
       const keep = new Uint8Array(n);
-      for (let i = 0; i < n; i++) {
-        const text = `${data.id[i]} ${data.status[i]} ${data.note[i]} ${data.edited[i] ? "edited" : ""}`.toLowerCase();
-        if (query.every((word) => text.includes(word))) {
+      for (let i = 0; i < n && !query.unknown.length; i++) {
+        if (matchesQuery(query, data, i)) {
           matched.add(i);
           for (let p = i; p >= 0 && !keep[p]; p = data.parent[p]) keep[p] = 1;
         }
       }
       for (let i = 0; i < n; i++) if (keep[i]) visible.push(i);
       count.textContent = `${matched.size.toLocaleString()} of ${n.toLocaleString()} runs`;
+      if (query.unknown.length) {
+        const known = Object.keys(data.numbers || {}).join(", ");
+        count.textContent += ` (no number "${query.unknown.join('", "')}": ${known})`;
+      }
+    } else if (!data.id) {
+      count.textContent = model.get("_forest_runs")
+        ? `${model.get("_forest_runs").toLocaleString()} runs: loading from the kernel (run the cell if it stays)`
+        : "0 runs";
     } else {
       matched = null;
       for (let i = 0; i < n; ) {
@@ -271,7 +329,8 @@ function render({ model, el }) {
       ["version", "version"],
       ["started_at", "started"],
       ["ended_at", "ended"],
-      ["duration_s", "took (s)"],
+      ["working_s", "took (s)"], // the sessions' work, not the idle gaps between them
+      ["waiting_s", "waited (s)"],
       ["sessions", "sessions"],
       ["steps", "steps"],
       ["llm_calls", "model calls"],
@@ -352,9 +411,8 @@ function render({ model, el }) {
         ),
       ),
     );
-    const conversation = conversationPanel(model); // null when no call is open (append would write "null")
-    if (conversation) details.append(conversation);
-    details.append(h("table", { class: "kx-entries" }, h("thead", {}, head), body));
+    const conversation = conversationPanel(model); // null when no model call is open: not "null"
+    details.append(...(conversation ? [conversation] : []), h("table", { class: "kx-entries" }, h("thead", {}, head), body));
   }
 
   forest.addEventListener("scroll", () => requestAnimationFrame(() => drawRows()));
@@ -368,6 +426,7 @@ function render({ model, el }) {
     }
     const row = event.target.closest(".kx-node");
     if (row) {
+      if (model.get("follow")) model.set("follow", false); // a run picked by hand: stay on it
       model.set("selected", row.dataset.runId);
       model.save_changes();
     }
@@ -399,6 +458,37 @@ function render({ model, el }) {
   foldAll.addEventListener("click", foldTo(true));
   unfoldAll.addEventListener("click", foldTo(false));
 
+  // The forest: from `_forest`, or, when it is too large to be saved with the notebook (""),
+  // asked of the kernel, which answers with a "forest" message whose one buffer is its JSON.
+  let asked = null; // the forest id asked for: once each
+  function loadForest() {
+    const text = model.get("_forest");
+    if (text) return JSON.parse(text);
+    const id = model.get("_forest_id");
+    if (model.get("_forest_runs") && asked !== id) {
+      asked = id;
+      try {
+        model.send({ kind: "forest", id });
+      } catch (error) {
+        // a saved notebook opened without its kernel: the count says to run the cell
+      }
+    }
+    return {};
+  }
+  const onMessage = (message, buffers) => {
+    if (message?.kind !== "forest" || message.id !== model.get("_forest_id") || !buffers?.length) return;
+    parsed = JSON.parse(new TextDecoder().decode(buffers[0]));
+    collapsed.clear();
+    computeVisible();
+    reveal(model.get("selected"));
+  };
+  const onFollow = () => {
+    followBox.checked = Boolean(model.get("follow"));
+  };
+  followBox.addEventListener("change", () => {
+    model.set("follow", followBox.checked);
+    model.save_changes();
+  });
   const onForest = () => {
     parsed = null;
     collapsed.clear();
@@ -409,12 +499,16 @@ function render({ model, el }) {
     drawRows(true);
   };
   model.on("change:_forest", onForest);
+  model.on("change:_forest_id", onForest);
+  model.on("msg:custom", onMessage);
+  model.on("change:follow", onFollow);
   model.on("change:legend", drawLegend);
   model.on("change:selected", onSelected);
   for (const name of ["details", "entries", "page", "pages", "message", "can_resume", "llm_offsets", "conversation"]) {
     model.on(`change:${name}`, drawDetails);
   }
   drawLegend();
+  onFollow();
   computeVisible();
   drawDetails();
   requestAnimationFrame(() => {
@@ -423,6 +517,9 @@ function render({ model, el }) {
   });
   return () => {
     model.off("change:_forest", onForest);
+    model.off("change:_forest_id", onForest);
+    model.off("msg:custom", onMessage);
+    model.off("change:follow", onFollow);
     model.off("change:legend", drawLegend);
     model.off("change:selected", onSelected);
     for (const name of ["details", "entries", "page", "pages", "message", "can_resume", "llm_offsets", "conversation"]) {
