@@ -1,6 +1,7 @@
 # Two commands for a fresh machine with Python >= 3.11:
 #   make demo   run the main job: an agent killed, retried, approved and forked (examples/demo.py)
 #   make test   ruff, ruff format --check, mypy (strict on the package) and the whole pytest suite
+#   make test-fast   the fast set alone (-m "not slow", tests/conftest.py says which): minutes
 # and, next, the explorer:
 #   make lab    JupyterLab on notebooks/, with a demo store (notebooks/demo-store) to explore
 # All create .venv when it is missing. The demo needs only the standard library, so `make demo`
@@ -20,7 +21,11 @@ LAB_ARGS ?=
 # JupyterLab refuses to start as root ("Running as root is not recommended") without this
 ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: demo test lab
+# pytest-xdist, a worker per core; a file's tests on one worker (a notebook's cells share a
+# kernel, a module's fixtures start once)
+PARALLEL ?= -n auto --dist loadfile
+
+.PHONY: demo test test-fast lab
 
 demo: $(BASE)
 	$(BIN)/python examples/demo.py
@@ -31,7 +36,10 @@ test: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PARALLEL)
+
+test-fast: $(DEV)
+	$(BIN)/python -m pytest -m "not slow" $(PARALLEL)
 
 lab: $(LAB)
 	$(BIN)/python examples/demo_store.py $(LAB_STORE)

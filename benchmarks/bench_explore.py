@@ -24,6 +24,15 @@ forks of forks among them, a model call per step), gives the explorer's figures:
            directory, per run) over the same single file, with the disk's own floor for that
            many partitions (a directory and a 4 KB file written each, no Parquet) beside it
 
+`--load-only` gives issue 29's load figures alone, at `--load-runs` runs (10,000), each
+`kx.load(storage)` over its floor: reading every journal's bytes, joining them and one
+`pyarrow.json.read_json` of the lot, measured in the same run, interleaved (target <= 1.3x):
+
+  plain    runs of 30 entries of simple steps (the journal above)
+  calls    copies of a researcher's run: 14 chat completions journaled with their requests
+           through the OpenAI integration, between 14 tool steps (benchmarks/_agent_journal.py);
+           and, for the record, the runs frame's model-call totals (read when first asked for)
+
 Run from a checkout: `python benchmarks/bench_explore.py` (about a minute) or `--quick` (a
 smoke run of 100 runs and a 1,000-run forest), `--export-only` for the export figures alone.
 `--dir` picks where the journals go (default: a temporary directory). Exit status is 0 when
@@ -58,6 +67,7 @@ MEMORY_TARGET = 4.0
 TREE_TARGET = 1.0
 MODELS_TARGET = 24
 EXPORT_TARGET = 3.0
+LOAD_TARGET = 1.3
 _TEXT = (
     "The nightly suite fails in the payment client's retry wrapper: a timeout is swallowed and "
     "an empty body returned. Surface the timeout, add a bounded retry with jitter, log the id."
@@ -243,6 +253,70 @@ def time_ratio(directory: Path, repeats: int) -> tuple[float, float, float]:
     return min(loads), min(reads), statistics.median(ratios)
 
 
+def read_floor(directory: Path) -> float:
+    """Read every journal's bytes, join them, parse them once with pyarrow: the floor."""
+    began = time.perf_counter()
+    data = b"".join(path.read_bytes() for path in sorted(directory.glob("*.jsonl")))
+    pa_json.read_json(io.BytesIO(data))
+    return time.perf_counter() - began
+
+
+def load_ratio(directory: Path, repeats: int) -> dict[str, float]:
+    """kx.load over the floor (median of paired ratios), best times, and the runs frame's
+    model-call totals (read when first asked for) over the same floor."""
+    storage = LocalStorage(directory)
+    loads, floors, totals, ratios = [], [], [], []
+    for _ in range(repeats):
+        floors.append(read_floor(directory))
+        began = time.perf_counter()
+        journals = kx.load(storage)
+        loads.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        journals.to_arrow("runs")
+        totals.append(time.perf_counter() - began)
+        ratios.append(loads[-1] / floors[-1])
+        del journals
+    return {
+        "load": min(loads),
+        "floor": min(floors),
+        "ratio": statistics.median(ratios),
+        "totals": min(totals),
+        "totals_ratio": statistics.median(t / f for t, f in zip(totals, floors, strict=True)),
+    }
+
+
+def load_figures(root: Path, runs: int, repeats: int) -> bool:
+    """Issue 29's load figures, printed; whether both meet the target."""
+    from _agent_journal import agent_journal
+
+    plain, calls = root / "plain", root / "calls"
+    write_store(plain, runs, 30)
+    run = agent_journal()
+    storage = LocalStorage(calls)
+    for number in range(runs):
+        storage.append(f"agent-{number:05d}", run, token=None)
+    met = True
+    for name, directory, what in (
+        ("plain", plain, "30 entries of simple steps"),
+        ("calls", calls, "14 chat completions with requests, 14 tool steps"),
+    ):
+        size = sum(path.stat().st_size for path in directory.glob("*.jsonl"))
+        found = load_ratio(directory, repeats)
+        print(f"{name:12} {runs} runs x {what}, {size / 1e6:.0f} MB")
+        print(
+            f"  kx.load    {found['ratio']:8.2f} x the floor (kx.load {found['load']:.2f} s, "
+            f"read+join+read_json {found['floor']:.2f} s; median of {repeats}; "
+            f"target <= {LOAD_TARGET})"
+        )
+        print(
+            f"  totals     {found['totals_ratio']:8.2f} x the floor (the runs frame's model-call "
+            f"columns, read when first asked for: {found['totals']:.2f} s)"
+        )
+        met = met and found["ratio"] <= LOAD_TARGET
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
+    return met
+
+
 def _child(directory: str) -> None:
     """In a fresh process: the RSS before loading and the peak RSS while loading, in bytes."""
     before = _status("VmRSS")
@@ -279,6 +353,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--tree-runs", type=int, default=10_000)
     parser.add_argument("--export-only", action="store_true", help="the export figures alone")
+    parser.add_argument("--load-only", action="store_true", help="issue 29's load figures")
+    parser.add_argument("--load-runs", type=int, default=10_000)
     parser.add_argument("--dir", type=Path, help="where to write the journals")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -289,6 +365,11 @@ def main() -> int:
     tree_runs = 1000 if args.quick else args.tree_runs
     met: list[bool] = []
     root = Path(tempfile.mkdtemp(dir=args.dir))
+    if args.load_only:
+        try:
+            return 0 if load_figures(root, 100 if args.quick else args.load_runs, repeats) else 1
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     try:
         if not args.export_only:
             size = write_store(root / "journals", runs, args.entries)

@@ -1,15 +1,16 @@
 """The `kassette` command: inspect, fork and cancel journals from a shell or an agent.
 
 A thin skin over the library: each verb parses its arguments, calls one library function and
-prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`, `export`), the stored
-journal bytes (`dump`) or an indented text tree (`tree`). The command never runs workflow code.
-Failures are one JSON line on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit
-code tells their kind: 0 ok, 1 another kassette error (e.g. a run that already ended), 2 usage,
-3 run or storage not found, 4 journal corrupt, 5 storage error or a stdout that cannot be
-written. See docs/cli.md.
+prints the answer, as JSON lines (`list`, `status`, `fork`, `cancel`, `export`, `import`), the
+stored journal bytes (`dump`) or an indented text tree (`tree`). The command never runs
+workflow code. Failures are one JSON line on stderr, `{"error": {"type": ..., "message":
+...}}`, and the exit code tells their kind: 0 ok, 1 another kassette error (e.g. a run that
+already ended), 2 usage, 3 run or storage not found, 4 journal corrupt, 5 storage error or a
+stdout that cannot be written. See docs/cli.md.
 
-Every verb reads existing runs (`fork` and `cancel` too), so a `file:` storage whose directory
-does not exist is an error, not an empty store: most likely a wrong path or working directory.
+Every verb but `import` reads existing runs (`fork` and `cancel` too), so a `file:` storage
+whose directory does not exist is an error, not an empty store: most likely a wrong path or
+working directory; `import` creates the store it writes into.
 """
 
 from __future__ import annotations
@@ -276,6 +277,25 @@ def _export(storage: Storage, args: argparse.Namespace) -> None:
     _write(_json_line(summary))
 
 
+def _import(storage: Storage, args: argparse.Namespace) -> None:
+    from kassette import explore  # pandas and pyarrow (and Inspect AI for logs): this verb's
+
+    importer = explore.import_otlp if args.source_format == "otlp" else explore.import_inspect
+    try:
+        report = importer(args.source, storage)
+    except OSError as exc:  # the source cannot be read (the storage errors are translated)
+        raise InvalidArgumentError(f"cannot read {args.source}: {exc}") from exc
+    for run_id, missing in report.partial.items():
+        _warn(
+            {
+                "message": f"run {run_id} is partial: its steps stop before what its source lacks",
+                "runId": run_id,
+                "missing": list(missing),
+            }
+        )
+    _write(_json_line(report.to_dict()))
+
+
 # -- fork lineage ----------------------------------------------------------------------------
 
 
@@ -341,12 +361,12 @@ def _parser() -> _Parser:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(
-        name: str, function: Verb, summary: str, *, lists: bool = False
+        name: str, function: Verb, summary: str, *, lists: bool = False, creates: bool = False
     ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=summary, description=summary, allow_abbrev=False)
         # SUPPRESS: a --storage given before the verb is not overwritten by this default.
         _add_storage(sub, argparse.SUPPRESS)
-        sub.set_defaults(function=function, lists=lists)
+        sub.set_defaults(function=function, lists=lists, creates=creates)
         return sub
 
     sub = verb(
@@ -429,6 +449,19 @@ def _parser() -> _Parser:
         help="with --format otlp: add prompts, answers (as chat messages), step results and "
         "the runs' input and result to the spans (left out by default)",
     )
+    sub = verb(
+        "import",
+        _import,
+        "Journal each trace (OTLP/JSON) or eval sample (Inspect log) of SOURCE as a run.",
+        creates=True,
+    )
+    sub.add_argument(
+        "source_format",
+        choices=("otlp", "inspect"),
+        metavar="otlp|inspect",
+        help="otlp: OTLP/JSON lines or one document (traces.jsonl); inspect: a .eval or .json log",
+    )
+    sub.add_argument("source", metavar="SOURCE", help="the file to import")
     return parser
 
 
@@ -489,7 +522,8 @@ def _run(argv: Sequence[str] | None) -> int:
         _report(exc, sys.stderr)
         return EXIT_USAGE
     try:
-        check_exists(storage, url)
+        if not args.creates:  # import creates the store it writes into
+            check_exists(storage, url)
         if args.lists:
             _note_strays(storage)
         args.function(storage, args)

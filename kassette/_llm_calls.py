@@ -38,22 +38,28 @@ from kassette._model_responses import as_dict as _dict
 from kassette._model_responses import chat_chunks as _chat_chunks
 from kassette._model_responses import chat_completion as _chat_completion
 from kassette._model_responses import dicts as _dicts
+from kassette._model_responses import index as _index
 from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
 from kassette._model_streams import expanded as _expanded
+from kassette._model_usage import ENDED as _ENDED
+from kassette._model_usage import MAX_COUNT as MAX_COUNT
 from kassette._model_usage import TokenUsage
 from kassette._model_usage import anthropic_usage as _anthropic_usage
+from kassette._model_usage import chat_usage as _chat_usage
+from kassette._model_usage import messages_usage as _messages_usage
 from kassette._model_usage import openai_usage as _openai_usage
+from kassette._model_usage import responses_usage as _responses_usage
 
 __all__ = [
     "FINISH_REASONS",
+    "OPAQUE_FIELDS",
     "PROVIDERS",
     "VOLATILE_FIELDS",
     "LLMCall",
     "TokenUsage",
-    "comparable_request",
     "describe_response",
     "read_llm_call",
     "read_llm_result",
@@ -88,12 +94,6 @@ VOLATILE_FIELDS = frozenset(
 )
 """Fields of a response that differ between two calls that gave the same answer: ids,
 timestamps, the serving machine, usage, timings. `LLMCall.comparable()` leaves them out."""
-
-VOLATILE_REQUEST_FIELDS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id"})
-"""Fields of a request that the provider assigned afresh on each call (the ids of earlier tool
-calls and items the conversation hands back): two requests that differ only there ask the same.
-`comparable_request()` leaves them out."""
-_CONVERSATION_FIELDS = ("messages", "input", "system")  # a request's turns: where the ids are
 
 # What each provider's finish reason means in `FINISH_REASONS`' words.
 _FINISH = {
@@ -130,10 +130,8 @@ _ANTHROPIC_EVENTS = frozenset(
         "error",
     }
 )
-# the Responses stream events that carry the response as it ended
-_ENDED = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # a tool's arguments are the model's own data: never stripped as volatile
-_OPAQUE = frozenset({"input", "arguments", "partial_json"})
+OPAQUE_FIELDS = frozenset({"input", "arguments", "partial_json"})
 
 
 @dataclass(frozen=True)
@@ -192,6 +190,12 @@ class LLMCall:
         return _USAGE_READERS[self.shape](self.result)
 
     @property
+    def problems(self) -> tuple[str, ...]:
+        """What in the response could only be read leniently (a stream item without an index,
+        a token count that is no count), in words; empty when nothing."""
+        return (*self._read.problems, *self.usage.problems)
+
+    @property
     def prompt(self) -> str | None:
         """The text of the request's last user message (None without a request or one)."""
         return _prompt(self.request)
@@ -205,30 +209,6 @@ class LLMCall:
     def _read(self) -> _Read:
         # the whole response read once, when a field that needs more than its usage is asked
         return _READERS[self.shape](self.result) if self.shape is not None else _Read()
-
-
-def comparable_request(request: Any) -> Any:
-    """A request without `VOLATILE_REQUEST_FIELDS` (at any depth, but never inside a tool's
-    arguments or a tool use's input): two requests that ask the same compare equal."""
-    if not isinstance(request, dict):
-        return request
-    return {
-        key: _without_ids(item) if key in _CONVERSATION_FIELDS else item
-        for key, item in request.items()
-        if key != "previous_response_id"
-    }
-
-
-def _without_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: item if key in _OPAQUE else _without_ids(item)
-            for key, item in value.items()
-            if key not in VOLATILE_REQUEST_FIELDS
-        }
-    if isinstance(value, list):
-        return [_without_ids(item) for item in value]
-    return value
 
 
 def text_of_content(content: Any) -> str:
@@ -363,6 +343,7 @@ class _Read:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
+    problems: list[str] = field(default_factory=list)
 
 
 def _read_chat(result: Any) -> _Read:
@@ -386,7 +367,7 @@ def _read_chat(result: Any) -> _Read:
 def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    finish = None
+    finish, last, problems = None, 0, list[str]()
     for chunk in chunks:
         for choice in _dicts(chunk.get("choices")):
             if choice.get("index", 0) != 0:
@@ -398,7 +379,8 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
             if isinstance(delta.get("function_call"), dict):
                 deltas.append({"index": -1, "function": delta["function_call"]})
             for part in deltas:
-                slot = calls.setdefault(part.get("index", 0), {"name": None, "arguments": ""})
+                last = _index(part, last, problems, "tool call")
+                slot = calls.setdefault(last, {"name": None, "arguments": ""})
                 function = _dict(part.get("function"))
                 slot["name"] = slot["name"] or function.get("name")
                 if isinstance(function.get("arguments"), str):
@@ -409,6 +391,7 @@ def _read_chat_stream(chunks: list[dict[str, Any]]) -> _Read:
         tool_calls=[_tool_call(c["name"], c["arguments"]) for _, c in sorted(calls.items())],
         finish_reason=_finish(finish),
         usage=_chat_usage({"stream": chunks}),
+        problems=problems,
     )
 
 
@@ -479,15 +462,25 @@ def _read_messages(result: Any) -> _Read:
         )
     message: dict[str, Any] = {}
     blocks_at: dict[int, dict[str, Any]] = {}
-    stop = None
+    stop, last, problems = None, 0, list[str]()
     for event in result["stream"]:
         kind = event.get("type")
         if kind == "message_start":
             message = _dict(event.get("message"))
         elif kind == "content_block_start":
-            blocks_at[event.get("index", 0)] = dict(_dict(event.get("content_block")))
+            last = (
+                at
+                if type(at := event.get("index", 0)) is int
+                else _index(event, last, problems, "content block")
+            )
+            blocks_at[last] = dict(_dict(event.get("content_block")))
         elif kind == "content_block_delta":
-            block = blocks_at.setdefault(event.get("index", 0), {})
+            last = (
+                at
+                if type(at := event.get("index", 0)) is int
+                else _index(event, last, problems, "content block")
+            )
+            block = blocks_at.setdefault(last, {})
             delta = _dict(event.get("delta"))
             if isinstance(delta.get("text"), str):
                 block["text"] = block.get("text", "") + delta["text"]
@@ -501,6 +494,7 @@ def _read_messages(result: Any) -> _Read:
             block["input"] = _decoded(block.pop("partial_json") or "{}")
     read = _read_messages({**message, "content": blocks, "stop_reason": stop, "usage": None})
     read.usage = _messages_usage(result)
+    read.problems = problems
     return read
 
 
@@ -519,38 +513,6 @@ def _stream_model(items: list[Any]) -> str | None:
         if isinstance(named, str):
             return named
     return None
-
-
-def _chat_usage(result: Any) -> TokenUsage:
-    """A chat completion's usage; a stream's is on its last chunk that has one (when asked for
-    with `stream_options={"include_usage": True}`)."""
-    if not _is_stream(result):
-        return _openai_usage(result.get("usage"))
-    chunks = result["stream"]
-    return _openai_usage(next((c["usage"] for c in reversed(chunks) if c.get("usage")), None))
-
-
-def _responses_usage(result: Any) -> TokenUsage:
-    """A Responses API response's usage; a stream's is its final response's."""
-    if not _is_stream(result):
-        return _openai_usage(result.get("usage"))
-    ended = [e.get("response") for e in result["stream"] if e.get("type") in _ENDED]
-    return _openai_usage(_dict(ended[-1]).get("usage") if ended else None)
-
-
-def _messages_usage(result: Any) -> TokenUsage:
-    """An Anthropic message's usage; a stream's is `message_start`'s, updated by each
-    `message_delta`'s (its final output count, and any count it repeats)."""
-    if not _is_stream(result):
-        return _anthropic_usage(result.get("usage"))
-    usage: dict[str, Any] = {}
-    for event in result["stream"]:
-        kind = event.get("type")
-        if kind == "message_start":
-            usage.update(_dict(_dict(event.get("message")).get("usage")))
-        elif kind == "message_delta":
-            usage.update({k: v for k, v in _dict(event.get("usage")).items() if v is not None})
-    return _anthropic_usage(usage or None)
 
 
 _USAGE_READERS = {
@@ -579,7 +541,7 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
 def _without_volatile(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            key: item if key in _OPAQUE else _without_volatile(item)
+            key: item if key in OPAQUE_FIELDS else _without_volatile(item)
             for key, item in value.items()
             if key not in VOLATILE_FIELDS
         }
@@ -625,20 +587,3 @@ def _finish(reason: Any) -> str | None:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-# the spellings before `llm_calls` became the one word (docs/reference.md, decision 9), for
-# code that imported them from the deprecated `kassette.model_calls`
-_RENAMED = {"ModelCall": "LLMCall", "read_model_call": "read_llm_call"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        import warnings
-
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{name} is deprecated; use kassette.core.{new}", DeprecationWarning, stacklevel=2
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

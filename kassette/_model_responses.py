@@ -207,3 +207,13 @@ def as_dict(value: Any) -> dict[str, Any]:
 
 def count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def index(part: dict[str, Any], last: int, problems: list[str], what: str) -> int:
+    """A stream item's `index` (0 when absent); one that is no integer continues the item
+    before it, noted in `problems` (sorting `None` beside 0 would fail the whole read)."""
+    index = part.get("index", 0)
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    problems.append(f"a streamed {what} has index {index!r}: read as part of {what} {last}")
+    return last

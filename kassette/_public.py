@@ -41,6 +41,10 @@ MOVED_MODULES: dict[str, tuple[str, str]] = {
     },
     "kassette.explore.widgets": ("kassette.explore._widgets", "kassette.explore"),
 }
+# names renamed when their module moved: old path -> {old name: new name}
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    "kassette.model_calls": {"ModelCall": "LLMCall", "read_model_call": "read_llm_call"},
+}
 
 
 def publish(namespace: Mapping[str, Any], package: str) -> None:
@@ -92,11 +96,32 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             stacklevel=2,
         )
         module = importlib.import_module(private)
+        renamed = MOVED_NAMES.get(spec.name)
+        if renamed is not None:  # the old names too, through a stand-in of the old module
+            stand_in = types.ModuleType(spec.name, module.__doc__)
+            stand_in.__getattr__ = _renamed_or(module, home, renamed)  # type: ignore[method-assign]
+            module = stand_in
         sys.modules[spec.name] = module
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
         """The private module is already executed."""
+
+
+def _renamed_or(
+    module: types.ModuleType, home: str, renamed: Mapping[str, str]
+) -> Callable[[str], Any]:
+    def __getattr__(name: str) -> Any:
+        if name in renamed:
+            warnings.warn(
+                f"{name} is deprecated; use {home}.{renamed[name]}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            name = renamed[name]
+        return getattr(module, name)
+
+    return __getattr__
 
 
 def install_moved_modules() -> None:

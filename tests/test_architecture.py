@@ -81,6 +81,7 @@ def test_the_layers_only_import_downward() -> None:
         },
         {"_codec", "_retry", "storage", "_model_usage"},
         {"_llm_calls"},
+        {"_llm_requests"},
         {"_state", "_otlp_messages"},
         {"_otlp_calls"},
         {"_otlp_spans"},  # the one mapping of entries to spans: kx.to_otlp's and live tracing's

@@ -854,5 +854,5 @@ def test_docs_describe_exactly_the_registered_verbs() -> None:
     documented = {
         line.split("`")[1].split()[0] for line in docs.splitlines() if line.startswith("### `")
     }
-    verbs_promised = {"list", "status", "dump", "fork", "tree", "cancel", "export"}
+    verbs_promised = {"list", "status", "dump", "fork", "tree", "cancel", "export", "import"}
     assert documented == set(verbs) == verbs_promised

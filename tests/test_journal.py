@@ -511,7 +511,8 @@ def test_resolve_event_prefers_pending_name_over_delivered_name() -> None:
 
 
 class Opaque:
-    pass
+    def __repr__(self) -> str:  # the same test id in every process (pytest-xdist compares them)
+        return "Opaque()"
 
 
 @pytest.mark.parametrize(

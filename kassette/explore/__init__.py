@@ -12,6 +12,7 @@
     kx.ForkExplorer(workflow, "plan")      # a widget: pick a fork point, fork, compare
     kx.fan_out(workflow, "plan", step="draft", n=8, score=...)   # branches, run concurrently
     kx.to_otlp(journals)                   # runs as OpenTelemetry traces (OTLP/JSON)
+    kx.import_otlp("traces.jsonl", store)  # traces (and kx.import_inspect: eval logs) as runs
     kx.experiment(workflow, runs, step="draft", variants={...}, score=..., name="x")  # paired stats
 
 Data first (frames with fixed Arrow schemas), display second (text and HTML), widgets last.
@@ -47,12 +48,15 @@ from kassette.explore._frames import (  # noqa: E402
     Journals,
     load,
 )
+from kassette.explore._import_otlp import import_otlp  # noqa: E402
+from kassette.explore._import_runs import ImportReport  # noqa: E402
 from kassette.explore._lineage import Lineage, RunNode, lineage  # noqa: E402
 from kassette.explore._sequential import decided  # noqa: E402
 from kassette.explore._stats import summarize  # noqa: E402  (scipy loads on first call)
 from kassette.explore._timeline import timeline  # noqa: E402  (altair loads on first call)
 
 if _typing.TYPE_CHECKING:
+    from kassette.explore._import_inspect import import_inspect
     from kassette.explore._otlp import to_otlp
     from kassette.explore._otlp_send import send_otlp
     from kassette.explore._widgets import CompareView, ForkExplorer, RunTree
@@ -67,6 +71,7 @@ __all__ = [
     "ExperimentInterrupted",
     "FanOutInterrupted",
     "ForkExplorer",
+    "ImportReport",
     "Journals",
     "Lineage",
     "RunNode",
@@ -77,6 +82,8 @@ __all__ = [
     "experiment",
     "export",
     "fan_out",
+    "import_inspect",
+    "import_otlp",
     "lineage",
     "load",
     "send_otlp",
@@ -88,11 +95,12 @@ __all__ = [
 _publish(globals(), "kassette.explore")
 _WIDGETS = {"CompareView", "ForkExplorer", "RunTree"}
 _OTLP = {"send_otlp", "to_otlp"}
+_IMPORT_INSPECT = "import_inspect"  # reads Inspect AI's logs: the `inspect` extra
 
 
 def __getattr__(name: str) -> _typing.Any:
-    """The widgets import ipywidgets and the OTLP functions opentelemetry-proto (the `otel`
-    extra), so they load on first use."""
+    """The widgets import ipywidgets, the OTLP functions opentelemetry-proto (the `otel`
+    extra) and `import_inspect` Inspect AI (the `inspect` extra), so they load on first use."""
     if name in _WIDGETS:
         from kassette.explore import _widgets as widgets
 
@@ -101,6 +109,10 @@ def __getattr__(name: str) -> _typing.Any:
         from kassette.explore import _otlp, _otlp_send
 
         found = getattr(_otlp_send if name == "send_otlp" else _otlp, name)
+    elif name == _IMPORT_INSPECT:
+        from kassette.explore import _import_inspect
+
+        found = _import_inspect.import_inspect
     else:
         raise AttributeError(f"module 'kassette.explore' has no attribute {name!r}")
     found.__module__ = __name__  # its public home, as for the names loaded above

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kassette._json_diff import ABSENT, first_difference
-from kassette._llm_calls import LLMCall, comparable_request, read_llm_result
+from kassette._llm_calls import LLMCall, read_llm_result
+from kassette._llm_requests import comparable_request
 
 __all__ = ["ELIDED", "Answer", "answer_of", "request_changes", "word_diff"]
 

@@ -3,8 +3,10 @@
 A call is priced from its provider, its model and its token usage (`TokenUsage`): input tokens
 at the input rate, those read from or written to the provider's prompt cache at the cache
 rates, reasoning tokens as the database prices them, output tokens at the output rate, at
-today's prices. A model the database does not know, or a call that reports no usage, has no
-cost (None, shown as `<NA>`), never 0.
+today's prices. A model the database does not know, a call that reports no usage or only half
+of it (input or output tokens alone), or usage that is no count or contradicts itself
+(`TokenUsage.problems`: a negative count, more cached than input tokens) has no cost (None,
+shown as `<NA>`), never 0 nor a negative sum; `unpriced_reason` says why.
 
 Pricing one call through `genai_prices.calc_price` takes a fraction of a millisecond, too slow
 for a hundred thousand calls, so each (provider, model) is looked up once: below the first
@@ -20,9 +22,10 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
+from kassette._extras import requires
 from kassette._llm_calls import TokenUsage
 
-__all__ = ["call_costs"]
+__all__ = ["call_costs", "unpriced_reason"]
 
 Counts = tuple[int, int, int, int, int]  # input, cache read, cache write, output, reasoning
 _KINDS = (
@@ -41,12 +44,30 @@ def call_costs(calls: Sequence[tuple[str | None, str | None, TokenUsage]]) -> li
     """The cost in USD of each (provider, model, usage), None where it is unknown."""
     costs: list[float | None] = []
     for provider, model, usage in calls:
-        if model is None or (usage.input_tokens is None and usage.output_tokens is None):
+        # half a usage, or one that is no count, is no price (not one with the rest as 0)
+        unknown = usage.input_tokens is None or usage.output_tokens is None or usage.problems
+        if model is None or unknown:
             costs.append(None)
-            continue
-        price = _pricing(provider, model)
-        costs.append(None if price is None else price(_counts(usage)))
+        else:
+            price = _pricing(provider, model)
+            costs.append(None if price is None else price(_counts(usage)))
     return costs
+
+
+def unpriced_reason(provider: str | None, model: str | None, usage: TokenUsage) -> str | None:
+    """Why `call_costs` gives that call no cost, in words (None when it has one)."""
+    if model is None:
+        return "cost unknown: the call names no model"
+    if usage.problems:
+        return "cost unknown: " + "; ".join(usage.problems)
+    if usage.input_tokens is None and usage.output_tokens is None:
+        return "cost unknown: the response reports no token usage"
+    if usage.input_tokens is None or usage.output_tokens is None:
+        missing = "input" if usage.input_tokens is None else "output"
+        return f"cost unknown: the usage reports no {missing} token count"
+    if _pricing(provider, model) is None:
+        return f"cost unknown: genai-prices does not know {provider or 'the'} model {model!r}"
+    return None
 
 
 def _counts(usage: TokenUsage) -> Counts:
@@ -119,11 +140,7 @@ def _database_price(provider: str | None, model: str, counts: Counts) -> Decimal
 
 
 def _database_calculation(provider: str | None, model: str, counts: Counts) -> Any:
-    try:
+    with requires("the cost of model calls"):
         from genai_prices import Usage, calc_price
-    except ImportError as exc:  # pragma: no cover - exercised without the explore extra
-        raise ImportError(
-            'the cost of model calls comes from genai-prices: pip install "kassette[explore]"'
-        ) from exc
     usage = Usage(**dict(zip(_KINDS, counts, strict=True)))
     return calc_price(usage, model, provider_id=provider)

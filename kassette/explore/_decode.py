@@ -36,10 +36,11 @@ from kassette._codec import (
     too_deep,
 )
 from kassette._state import RunState, reduce_entry
+from kassette.explore._import_runs import imported_columns, source_ending
 from kassette.explore._llm import run_totals
 from kassette.explore._working import working_columns
 
-__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs"]
+__all__ = ["ENTRY_SCHEMA", "RUN_SCHEMA", "decode", "with_runs", "with_totals"]
 
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
@@ -81,9 +82,12 @@ RUN_SCHEMA = pa.schema(
         pa.field("result", pa.large_string()),
         # the run's own model calls and tokens: a fork's copied prefix is its source's
         pa.field("llm_calls", pa.int64(), nullable=False),
-        pa.field("input_tokens", pa.int64(), nullable=False),
-        pa.field("output_tokens", pa.int64(), nullable=False),
+        pa.field("input_tokens", pa.int64()),  # null: a sum past 64 bits (hostile usage)
+        pa.field("output_tokens", pa.int64()),
         pa.field("cost_usd", pa.float64()),  # null when one of the calls' cost is unknown
+        # a run imported from a trace or an eval log: from where, and what its source lacked
+        pa.field("imported_from", pa.string()),
+        pa.field("partial", pa.string()),
         # the sum of the run's own sessions, and the gaps between them (_working.py)
         pa.field("working_s", pa.float64()),
         pa.field("waiting_s", pa.float64()),
@@ -119,6 +123,7 @@ _CANONICAL = (
     r'"timestamp":"[^"\\]*"[,}]'
 )
 
+_MANY_BRACKETS = rf"^(?:[^\[{{]*[\[{{]){{{MAX_LINE_DEPTH + 1}}}"
 _ESCAPED_SURROGATE = r"\\u[dD][89a-fA-F]"  # maybe a lone one: `decode_line` tells
 
 IntArray = npt.NDArray[np.int64]
@@ -187,24 +192,40 @@ def with_runs(
     """The entries as read (any `copied` column is recomputed) with `copied`, and the runs
     table, for runs `run_ids` holding `counts` entries each, in that order. Without `totals`,
     the model-call totals (`llm_calls`, the tokens: 0; `cost_usd`: null) are not read, for a
-    reader of the entries that never shows them (the OTLP export): reading every model call
-    is most of a decode's time."""
+    reader of the entries that never shows them (the OTLP export), or until the runs table is
+    first read (`kx.load`, then `with_totals`): reading every model call is most of a decode's
+    time."""
     if "copied" in read.column_names:
         read = read.drop_columns(["copied"])
-    columns, fork_offsets = _runs(read, run_ids, counts)
+    columns, fork_offsets, imported = _runs(read, run_ids, counts)
     # an entry before its fork's offset was copied from the source run
     cut = np.repeat(np.where(fork_offsets < 0, -1, fork_offsets), counts)
     offsets = read.column("offset").to_numpy() if read.num_rows else np.empty(0, np.int64)
     entries = read.append_column(ENTRY_SCHEMA.field("copied"), pa.array(offsets < cut))
     if totals:
         calls, given, taken, cost = run_totals(entries, list(run_ids))
-        columns += [pa.array(calls), pa.array(given), pa.array(taken)]
+        columns += [pa.array(calls), pa.array(given, pa.int64()), pa.array(taken, pa.int64())]
         columns.append(pa.array(cost, from_pandas=True))
     else:
         zeros = pa.array(np.zeros(len(run_ids), dtype=np.int64))
         columns += [zeros, zeros, zeros, pa.nulls(len(run_ids), pa.float64())]
+    columns += [pa.array(found, pa.string()) for found in imported]
     columns += working_columns(entries, counts, columns[RUN_SCHEMA.get_field_index("duration_s")])
     return entries, pa.Table.from_arrays(columns, schema=RUN_SCHEMA)
+
+
+def with_totals(entries: pa.Table, runs: pa.Table) -> pa.Table:
+    """`runs` read without `totals` (see `with_runs`) with its `TOTALS` read from the model
+    calls of `entries`: what `kx.load` leaves to the first reader of the runs table."""
+    calls, given, taken, cost = run_totals(entries, runs.column("run_id").to_pylist())
+    found = {
+        "llm_calls": pa.array(calls),
+        "input_tokens": pa.array(given, pa.int64()),
+        "output_tokens": pa.array(taken, pa.int64()),
+        "cost_usd": pa.array(cost, from_pandas=True),
+    }
+    arrays = [found.get(name, runs.column(name)) for name in RUN_SCHEMA.names]
+    return pa.Table.from_arrays(arrays, schema=RUN_SCHEMA)
 
 
 def _entries(batch: Batch) -> pa.Table:
@@ -303,8 +324,9 @@ def _strictly_readable(lines: pa.Array, data: bytearray, starts: IntArray, ends:
         lines.cast(pa.large_string())  # validates UTF-8, surrogates and overlong forms included
     except pa.ArrowInvalid:
         return False
-    brackets = pc.add(pc.count_substring(lines, "["), pc.count_substring(lines, "{")).to_numpy()
-    for row in np.flatnonzero(brackets > MAX_LINE_DEPTH).tolist():  # few: measured exactly
+    # one anchored pass: a line with more than MAX_LINE_DEPTH brackets may be too deep
+    many = pc.match_substring_regex(lines, _MANY_BRACKETS).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(many).tolist():  # few: measured exactly
         if too_deep(bytes(data[starts[row] : ends[row]])):
             return False
     return not pc.any(pc.match_substring_regex(lines, _ESCAPED_SURROGATE)).as_py()
@@ -435,6 +457,7 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         sessions[present] = np.maximum.reduceat(session_column, first[present])
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
     states = [RunState() for _ in run_ids]
+    first_starts: list[Any] = [None] * len(run_ids)
     is_control = pc.not_equal(entries.column("type"), "step")
     control = pc.indices_nonzero(is_control).to_numpy().astype(np.int64)
     owner = np.searchsorted(first, control, side="right") - 1
@@ -444,6 +467,8 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     for run, kind, offset, value in zip(owner.tolist(), kinds, offsets, values, strict=True):
         entry = json.loads(value)
         entry["type"], entry["offset"] = kind, offset
+        if offset == 0:
+            first_starts[run] = entry
         states[run] = reduce_entry(states[run], entry)
     starts, has_rows = first.tolist(), present.tolist()
     started_rows = [
@@ -473,19 +498,26 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         ended,
         duration,
         pa.array([list(state.pending_events) for state in states], pa.list_(pa.string())),
-        pa.array([str(s.error) if s.error else None for s in states], pa.string()),
+        pa.array(
+            [
+                str(s.error) if s.error else source_ending(start, "error")
+                for s, start in zip(states, first_starts, strict=True)
+            ],
+            pa.string(),
+        ),
         pa.array([to_json(s.params or {}) for s in states], pa.large_string()),
         pa.array([_json_of(s.input, s.created_offset) for s in states], pa.large_string()),
         pa.array(
             [
                 _json_of(s.result, s.ended_offset if s.status == "completed" else None)
-                for s in states
+                or source_ending(start, "output")
+                for s, start in zip(states, first_starts, strict=True)
             ],
             pa.large_string(),
         ),
     ]
     forks = np.array([-1 if o is None else o for o in fork_offsets], dtype=np.int64)
-    return columns, forks
+    return columns, forks, imported_columns(first_starts)
 
 
 def _json_of(value: Any, recorded_at: int | None) -> str | None:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kassette.errors import InvalidArgumentError
-from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode
+from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode, with_totals
 from kassette.explore._export import ParquetSink, check_partition_by
 from kassette.explore._llm import LLM_CALL_SCHEMA, llm_calls
 from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
@@ -54,8 +54,11 @@ class Journals:
         storage: Storage | None = None,
         run_ids: list[str] | None = None,
         stamps: dict[str, object] | None = None,
+        totals: bool = True,
     ) -> None:
         self._tables: dict[str, pa.Table] = {"entries": entries, "runs": runs}
+        # False: the runs' model-call totals are not read yet (`_decode.with_runs`)
+        self._totals = totals
         self._frames: dict[str, pd.DataFrame] = {}
         self.storage = storage
         self._run_ids = run_ids  # the runs asked for; None: every run of the storage
@@ -71,7 +74,9 @@ class Journals:
     def runs(self) -> pd.DataFrame:
         """One row per run: `run_id, status, version, parent_run_id, fork_offset, sessions,
         steps, started_at, ended_at, duration_s, pending_events, error, params, input, result,
-        llm_calls, input_tokens, output_tokens`, in pandas' nullable dtypes (`string`, `Int64`,
+        llm_calls, input_tokens, output_tokens, cost_usd, imported_from, partial` (an imported
+        run: where from, what its source lacked; its `error`/`result` as it ended there),
+        in pandas' nullable dtypes (`string`, `Int64`,
         `Float64`, Arrow timestamps): every missing value is `pd.NA` and prints `<NA>`."""
         return self._frame("runs")
 
@@ -107,6 +112,10 @@ class Journals:
         `RUN_SCHEMA` or `LLM_CALL_SCHEMA`."""
         if table == "llm_calls" and table not in self._tables:
             self._tables[table] = llm_calls(self._tables["entries"])
+        if table == "runs" and not self._totals:
+            # what the runs' model calls spent is read from them when first asked for
+            self._tables["runs"] = with_totals(self._tables["entries"], self._tables["runs"])
+            self._totals = True
         if table not in self._tables:
             raise InvalidArgumentError(
                 f"table must be 'entries', 'runs' or 'llm_calls', not {table!r}"
@@ -137,8 +146,8 @@ class Journals:
             )
             columns = ["run_id"] if partition_by is None else partition_by
         sink = ParquetSink(Path(directory), partition_by=check_partition_by(columns))
-        sink.write(self._tables["entries"], self._tables["runs"])
-        sink.close(self._tables["runs"])
+        sink.write(self._tables["entries"], self.to_arrow("runs"))
+        sink.close(self.to_arrow("runs"))
         return Path(directory)
 
     def reload(self) -> Journals:
@@ -163,7 +172,12 @@ class Journals:
             raise InvalidArgumentError("these journals were not loaded from a storage")
         tables = self._tables
         found = refreshed(
-            self.storage, self._run_ids, self._stamps, tables["entries"], tables["runs"]
+            self.storage,
+            self._run_ids,
+            self._stamps,
+            tables["entries"],
+            tables["runs"],
+            totals=self._totals,
         )
         if found is None:
             return self
@@ -173,6 +187,7 @@ class Journals:
             storage=self.storage,
             run_ids=self._run_ids,
             stamps=found.stamps,
+            totals=self._totals,
         )
 
     def __len__(self) -> int:
@@ -224,6 +239,7 @@ class Journals:
             storage=self.storage,
             run_ids=wanted.to_pylist(),
             stamps={run: self._stamps[run] for run in run_ids if run in self._stamps},
+            totals=self._totals,
         )
 
     def _status_counts(self) -> Iterator[tuple[str, int]]:
@@ -274,11 +290,11 @@ def load(
     for batch in read_batches(storage, wanted):
         if stamped is None:
             stamps.update(batch.versions)  # a token serves as a stamp
-        decoded.append(decode(batch))
+        decoded.append(decode(batch, totals=False))  # added when the runs table is asked for
     if not decoded:
-        decoded = [decode(Batch())]
+        decoded = [decode(Batch(), totals=False)]
     entries = pa.concat_tables([entries for entries, _ in decoded])
     runs = pa.concat_tables([runs for _, runs in decoded])
     if wanted is None:
         runs = oldest_first(runs)
-    return Journals(entries, runs, storage=storage, run_ids=wanted, stamps=stamps)
+    return Journals(entries, runs, storage=storage, run_ids=wanted, stamps=stamps, totals=False)

@@ -57,16 +57,19 @@ def refreshed(
     stamps: Mapping[str, object],
     entries: pa.Table,
     runs: pa.Table,
+    *,
+    totals: bool = True,
 ) -> Refreshed | None:
     """The tables of `run_ids` (None: every run) with the runs that changed since `stamps`
-    read again; None when nothing changed."""
+    read again; None when nothing changed. `totals`: whether `runs` holds the model-call
+    totals read (see `_decode.with_runs`), and so the runs read again."""
     now = read_stamps(storage, run_ids)
     changed, gone = changed_runs(stamps, now)
     if not changed and not gone:
         return None
     decoded = []
     for batch in read_batches(storage, changed, skipped=gone.append, missing_ok=True):
-        decoded.append(decode(batch))
+        decoded.append(decode(batch, totals=totals))
     fresh = {run_id: stamp for run_id, stamp in now.items() if run_id not in gone}
     drop = pa.array([*changed, *gone], pa.string())
     tables = []

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kassette._codec import format_timestamp
+from kassette._extras import requires
 from kassette.errors import RunNotFoundError
 from kassette.explore._frames import Journals
 from kassette.explore._read import unique_run_ids
@@ -44,7 +45,6 @@ from kassette.explore._timeline_overview import (
 
 __all__ = ["Timeline", "bars", "timeline"]
 
-_HINT = 'kx.timeline needs altair: pip install "kassette[explore]"'
 _ROW_HEIGHT = 18  # px per run
 _PAGE = 40  # runs a page shows: the chart is never taller than 40 rows (720 px)
 # Vega's tableau10 without its grey (a wait's colour): nine hues told apart at a glance. More
@@ -188,9 +188,8 @@ def import_altair() -> Any:
     if skip:
         sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
     try:
-        import altair
-    except ImportError as exc:  # pragma: no cover - exercised in a bare environment
-        raise ImportError(f"{_HINT} ({exc})") from exc
+        with requires("kx.timeline"):
+            import altair
     finally:
         if skip:
             del sys.modules["rfc3987_syntax"]

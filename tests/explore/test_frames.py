@@ -64,6 +64,8 @@ RUN_DTYPES = {
     "input_tokens": "Int64",
     "output_tokens": "Int64",
     "cost_usd": "Float64",
+    "imported_from": "string",
+    "partial": "string",
     "working_s": "Float64",
     "waiting_s": "Float64",
 }
