@@ -68,6 +68,7 @@ __all__ = [
     "same_response_shape",
     "text_of_content",
     "tool_arguments",
+    "without_fields",
 ]
 
 PROVIDERS = ("openai", "anthropic")
@@ -203,7 +204,7 @@ class LLMCall:
     def comparable(self) -> Any:
         """The response without `VOLATILE_FIELDS` (at any depth, but never inside a tool's
         arguments): two calls that gave the same answer compare equal."""
-        return _without_volatile(self.result)
+        return without_fields(self.result, VOLATILE_FIELDS)
 
     @functools.cached_property
     def _read(self) -> _Read:
@@ -538,15 +539,17 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
 # -- small readers -------------------------------------------------------------------------
 
 
-def _without_volatile(value: Any) -> Any:
+def without_fields(value: Any, fields: frozenset[str]) -> Any:
+    """`value` without the keys in `fields`, at any depth but never inside `OPAQUE_FIELDS`
+    (a tool's arguments are the model's own data)."""
     if isinstance(value, dict):
         return {
-            key: item if key in OPAQUE_FIELDS else _without_volatile(item)
+            key: item if key in OPAQUE_FIELDS else without_fields(item, fields)
             for key, item in value.items()
-            if key not in VOLATILE_FIELDS
+            if key not in fields
         }
     if isinstance(value, list):
-        return [_without_volatile(item) for item in value]
+        return [without_fields(item, fields) for item in value]
     return value
 
 

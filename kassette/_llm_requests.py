@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kassette._llm_calls import OPAQUE_FIELDS
+from kassette._llm_calls import without_fields
 
 __all__ = ["VOLATILE_REQUEST_FIELDS", "comparable_request"]
 
@@ -23,19 +23,7 @@ def comparable_request(request: Any) -> Any:
     if not isinstance(request, dict):
         return request
     return {
-        key: _without_ids(item) if key in _CONVERSATION_FIELDS else item
+        key: without_fields(item, VOLATILE_REQUEST_FIELDS) if key in _CONVERSATION_FIELDS else item
         for key, item in request.items()
         if key != "previous_response_id"
     }
-
-
-def _without_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: item if key in OPAQUE_FIELDS else _without_ids(item)
-            for key, item in value.items()
-            if key not in VOLATILE_REQUEST_FIELDS
-        }
-    if isinstance(value, list):
-        return [_without_ids(item) for item in value]
-    return value

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kassette._llm_calls import LLMCall, read_llm_result, response_from_text
+from kassette._llm_calls import LLMCall, read_llm_result, response_from_text, tool_arguments
 
 __all__ = ["METHODS", "Message", "SourceCall", "ToolCall", "fill_tool_call_ids", "rebuild"]
 
@@ -168,7 +168,7 @@ def _anthropic_message(message: Message) -> dict[str, Any]:
     if message.content:
         blocks.append({"type": "text", "text": message.content})
     blocks += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments_json(c.arguments)}
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_arguments(c.arguments)}
         for c in message.tool_calls
     ]
     return {"role": message.role, "content": blocks}
@@ -253,7 +253,7 @@ def _anthropic_answer(response: dict[str, Any], call: SourceCall) -> None:
     if not call.text:
         response["content"] = []
     response["content"] += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments_json(c.arguments)}
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_arguments(c.arguments)}
         for c in call.tool_calls
     ]
     response["stop_reason"] = _finish(call, _ANTHROPIC_FINISH, "tool_use", "end_turn")
@@ -272,15 +272,6 @@ def _arguments_text(arguments: Any) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False)
-
-
-def _arguments_json(arguments: Any) -> Any:
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
 
 
 # -- tool call ids a rebuilt answer lacks ------------------------------------------------------
@@ -323,7 +314,7 @@ def fill_tool_call_ids(response: Any, provider: str, method: str, request: Any) 
         if not isinstance(value, str) or not value:
             continue
         if key == "arguments":  # the same arguments, as the model spelled them
-            if _arguments_json(value) == _arguments_json(holder.get(key)):
+            if tool_arguments(value) == tool_arguments(holder.get(key)):
                 holder[key] = value
         elif not holder.get(key):
             holder[key] = value
