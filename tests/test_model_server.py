@@ -219,6 +219,33 @@ def test_openai_tool_call_when_the_user_names_the_tool(oai: openai.OpenAI) -> No
     assert followed.choices[0].finish_reason == "stop"
 
 
+def test_the_answer_after_a_tool_result_does_not_depend_on_the_call_id(
+    oai: openai.OpenAI,
+) -> None:
+    """The server makes a fresh call id for each tool call; the answer that follows the tool's
+    result reads the call (function, arguments) and the result, not the id, so an agent's run
+    repeated in another process gets the same answer after its tool loop."""
+    asked = "Please use get_weather to check Lisbon."
+    calls = [chat(oai, asked, tools=WEATHER_CHAT).choices[0].message for _ in range(2)]
+    assert calls[0].tool_calls[0].id != calls[1].tool_calls[0].id
+    answers = [
+        oai.chat.completions.create(
+            model="gpt-4o-mini",
+            tools=WEATHER_CHAT,
+            temperature=0.9,
+            messages=[
+                {"role": "user", "content": asked},
+                call.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.tool_calls[0].id, "content": "18C, sunny"},
+            ],
+        )
+        .choices[0]
+        .message.content
+        for call in calls
+    ]
+    assert answers[0] and answers[0] == answers[1]
+
+
 def test_anthropic_tool_use_and_forced_tool(claude: anthropic.Anthropic) -> None:
     asked = message(claude, "Call get_weather for Oslo.", tools=WEATHER_ANTHROPIC)
     forced = message(

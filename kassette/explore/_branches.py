@@ -215,15 +215,22 @@ class Branches:
 
         return load(self._storage(), run_ids=self.run_ids)
 
-    def compare(self, *, values: Literal["text", "json", "python"] = "text") -> pd.DataFrame:
-        """`kx.compare` of the source and every branch, step by step: a model call shows its
-        answer and the request parameters that differ from the source's (`values="json"`:
-        the raw response)."""
+    def compare(
+        self,
+        *,
+        align: Literal["step", "answer", "first"] = "answer",
+        values: Literal["text", "json", "python"] = "text",
+    ) -> pd.DataFrame:
+        """`kx.compare` of the source and every branch: a model call shows its answer text, and
+        the request parameters that differ from the source's are in
+        `frame.attrs["request_changes"]` (`values="json"`: the raw response). Aligned by
+        answer, as CompareView does: a step's tool loop is one row holding its answering call
+        (`align="step"`: a row per step id; `align="first"`: the loop's first call)."""
         from kassette.explore._compare import compare
         from kassette.explore._frames import load
 
         run_ids = [self.source, *self.run_ids]
-        return compare(load(self._storage(), run_ids=run_ids), run_ids, values=values)
+        return compare(load(self._storage(), run_ids=run_ids), run_ids, values=values, align=align)
 
     def __len__(self) -> int:
         return len(self._branches)

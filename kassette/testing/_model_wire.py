@@ -77,7 +77,7 @@ def _chat_prompt(body: dict[str, Any]) -> Prompt:
         text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
     )
     turns = tuple(
-        (str(m.get("role")), text_of(m.get("content")) or json.dumps(m.get("tool_calls") or ""))
+        (str(m.get("role")), text_of(m.get("content")) or _calls_text(m.get("tool_calls")))
         for m in messages
         if m.get("role") not in ("system", "developer")
     )
@@ -91,6 +91,15 @@ def _chat_prompt(body: dict[str, Any]) -> Prompt:
         choice = (choice.get("function") or {}).get("name", "required")
     after_tool = bool(messages) and messages[-1].get("role") == "tool"
     return _prompt(body, system, turns, tools, str(choice), after_tool, "max_completion_tokens")
+
+
+def _calls_text(calls: Any) -> str:
+    """An assistant turn that only calls tools, as the model reads it: the functions and their
+    arguments, not the call ids the server made up (fresh each time, they would make the answer
+    after a tool result differ from one run of the same agent to the next)."""
+    if not isinstance(calls, list):
+        return ""
+    return json.dumps([c.get("function") for c in calls if isinstance(c, dict)], sort_keys=True)
 
 
 def _chat_completion(reply: Reply, model: str) -> dict[str, Any]:

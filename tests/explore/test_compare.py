@@ -415,6 +415,13 @@ def test_a_step_a_fork_recorded_with_a_given_result_is_marked_edited(scenario: S
     assert view.cells["edited"][1] == "by hand"
 
 
+def test_a_run_without_model_calls_has_no_cost_to_show(scenario: Scenario) -> None:
+    """A $0.00000 under each branch of a workflow that calls no model would read as a price."""
+    scenario.workflow.fork("single", step="implement", result="by hand", new_run_id="edited")
+    view = kx.CompareView(kx.load(scenario.storage), ["single", "edited"])
+    assert view.facts["single"]["cost_usd"] is None and view.facts["edited"]["cost_usd"] is None
+
+
 def test_a_temperature_fan_out_through_the_openai_sdk_compares_by_answer() -> None:
     """End to end: the real OpenAI SDK, journaled, against the local model server; a branch
     that asked the same is the same answer under another id, one at 1.3 reads its change."""

@@ -64,6 +64,24 @@ def test_align_answer_lines_up_final_answers_of_branches_whose_paths_differ(agen
     assert frame.attrs["first_divergence"] == "draft"
 
 
+def test_branches_compare_aligns_by_answer_like_the_view(agent: Agent) -> None:
+    """Branches.compare() lines up the answers as CompareView does; `align` and `values` pass
+    through to kx.compare."""
+    frame = agent.branches.compare()
+    assert list(frame.index) == ["plan", "draft", "critique"]
+    assert list(frame.columns[:-1]) == agent.runs
+    expected = kx.compare(agent.journals, agent.runs, align="answer")
+    assert frame.loc["draft", agent.tooled].tolist() == expected.loc["draft", agent.tooled].tolist()
+    assert frame.attrs["request_changes"] == expected.attrs["request_changes"]
+    by_id = agent.branches.compare(align="step")
+    assert set(by_id.index) == {"plan", "draft", "search_runbook", "draft#2", "critique"}
+    assert by_id.loc["draft#2", agent.direct].isna().all()
+    first = agent.branches.compare(align="first", values="python")
+    for run_id in agent.tooled:
+        message = first.loc["draft", run_id]["choices"][0]["message"]
+        assert message["tool_calls"][0]["function"]["name"] == "search_runbook"
+
+
 def test_a_cell_is_the_answer_text_exactly_as_the_model_gave_it(agent: Agent) -> None:
     raw = kx.compare(agent.journals, agent.runs, align="answer", values="python")
     frame = kx.compare(agent.journals, agent.runs, align="answer")

@@ -185,6 +185,10 @@ def test_the_details_panel_starts_at_its_top_for_another_run(page: Page) -> None
     select(page, tree, "task-b07")
     assert page.locator(".kx-details p b").first.inner_text() == "task-b07"
     assert details.evaluate("d => d.scrollTop") == 0
+    # with no model call open, the panel holds the title, facts and entries: no stray text
+    # (an absent conversation once appended as the word "null")
+    bare = "d => [...d.childNodes].filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.data)"
+    assert details.evaluate(bare) == []
     details.evaluate("d => { d.scrollTop = 200; }")
     page.evaluate("changes => window.push(changes)", {"message": "resumed"})  # same run
     assert details.evaluate("d => d.scrollTop") == 200  # a redraw of the same run keeps it

@@ -356,9 +356,11 @@ class CompareView(anywidget.AnyWidget):
 def _facts(
     journals: Journals, comparison: Comparison, scores: Mapping[str, float]
 ) -> dict[str, dict[str, Any]]:
-    """Per run: `score`, `cost_usd`, `length` (the words of its last answer) and `params`."""
+    """Per run: `score`, `cost_usd` (None for a run without model calls), `length` (the words
+    of its last answer) and `params`."""
     runs = journals.to_arrow("runs")
-    columns = [name for name in ("run_id", "cost_usd", "params") if name in runs.column_names]
+    wanted = ("run_id", "cost_usd", "llm_calls", "params")
+    columns = [name for name in wanted if name in runs.column_names]
     known = {row["run_id"]: row for row in runs.select(columns).to_pylist()}
     found = {}
     for run_id in comparison.run_ids:
@@ -372,6 +374,8 @@ def _facts(
         answers = [comparison.answers[run_id].get(step) for step in comparison.steps]
         last = next((answer for answer in reversed(answers) if answer is not None), None)
         cost = row.get("cost_usd")
+        if not row.get("llm_calls"):
+            cost = None  # no model call: no cost to show, rather than a $0.00000 that means none
         found[run_id] = {
             "score": scores.get(run_id),
             "cost_usd": None if cost is None or cost != cost else cost,

@@ -246,7 +246,7 @@ function render({ model, el }) {
         h("div", { class: "kx-name" }, ...breakable(r), others.length ? ` +${others.length}` : ""),
         params[r] ? h("div", { class: "kx-params", title: params[r] }, params[r]) : null,
         h("div", { class: "kx-how" }, others.length ? `${group.length} branches · ${how}` : how),
-        figures ? h("div", { class: "kx-how kx-figures" }, figures) : null,
+        figures ? h("div", { class: "kx-figures" }, figures) : null,
         h("div", { class: "kx-marks" }, ...markControls(r)),
         others.length ? h("div", { class: "kx-members" }, others.join(", ")) : null,
       );
