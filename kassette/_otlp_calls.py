@@ -35,8 +35,9 @@ def model_call_attributes(call: LLMCall, include_content: bool) -> tuple[str, di
     OpenInference attributes (None values left out).
 
     A response that cannot be read (one bad entry) leaves out what it would have given (the
-    answering model, tokens, finish reason, answer), with `kassette.unreadable` saying why:
-    one entry never breaks the export of a store."""
+    answering model, tokens, finish reason, answer), with `kassette.unreadable` saying why;
+    one read leniently (a stream's tool-call delta without an index, say) is exported with
+    `kassette.notes` saying what was odd: one entry never breaks the export of a store."""
     request = call.request or {}
     found: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
@@ -50,6 +51,8 @@ def model_call_attributes(call: LLMCall, include_content: bool) -> tuple[str, di
     try:
         found |= _response_attributes(call, requested, include_content)
         requested = requested or call.model
+        if call.problems:  # read as well as it could be: what `llm_calls.notes` says too
+            found["kassette.notes"] = "; ".join(call.problems)
     except Exception as exc:  # any reader's failure on a hostile response
         found["kassette.unreadable"] = f"the model call's response could not be read: {exc!r}"
     span_name = f"chat {requested}" if requested else "chat"

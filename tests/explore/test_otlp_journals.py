@@ -180,7 +180,8 @@ def test_a_stream_tool_call_index_null_is_flagged_and_the_rest_is_read(tmp_path:
     assert call.name == "chat gpt-x"
     assert a["gen_ai.request.temperature"] == 0.5
     assert a["gen_ai.provider.name"] == "openai"
-    assert "the model call's response could not be read" in a["kassette.unreadable"]
+    # read as well as it can be: the call and its arguments, and a note of what was odd
+    assert "index" in a["kassette.notes"] and "kassette.unreadable" not in a
     assert json.loads(a["input.value"])["messages"] == request["messages"]
     assert {attrs(s)["kassette.run_id"] for s in spans} == {"bad", "good"}
     assert len([s for s in spans if attrs(s)["kassette.run_id"] == "good"]) == 3
