@@ -19,39 +19,18 @@ from typing import Any
 
 import pytest
 from anthropic import Anthropic
+from model_fixtures import Crash, claude_fixture, gpt_fixture, server_fixture  # noqa: F401 - fixtures
 from openai import OpenAI
 
 from kassette import LocalStorage, MemoryStorage, ReplayMismatchError, kassette
 from kassette.core import read_journal
 from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
-from kassette.testing import FakeModelServer, fake_model_server
+from kassette.testing import FakeModelServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4 + b"\nsecond line\n"
-
-
-class Crash(BaseException):
-    """Stands in for the process dying after a call: nothing more is journaled."""
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with fake_model_server() as fake:
-        yield fake
-
-
-@pytest.fixture
-def claude(server: FakeModelServer) -> Iterator[Anthropic]:
-    with Anthropic(api_key="k", base_url=server.anthropic_base_url, max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
-def gpt(server: FakeModelServer) -> Iterator[OpenAI]:
-    with OpenAI(api_key="k", base_url=server.openai_base_url, max_retries=0) as sdk:
-        yield sdk
 
 
 def image(data: Any) -> dict[str, Any]:

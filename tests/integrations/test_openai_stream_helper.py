@@ -7,37 +7,21 @@ and the chunks are journaled as a `chat.completions.stream` call; replayed, the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from model_fixtures import Crash, gpt_fixture, server_fixture  # noqa: F401 - fixtures
 from openai import AsyncOpenAI, OpenAI
 
 from kassette import MemoryStorage, ReplayMismatchError, kassette
 from kassette.core import read_journal, read_llm_call
 from kassette.integrations.openai import journaled
-from kassette.testing import FakeModelServer, fake_model_server
+from kassette.testing import FakeModelServer
 
 ASKED: dict[str, Any] = {
     "model": "gpt-fake",
     "messages": [{"role": "user", "content": "Describe the spring tides"}],
 }
-
-
-class Crash(BaseException):
-    """Stands in for the process dying after the call: nothing more is journaled."""
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with fake_model_server() as fake:
-        yield fake
-
-
-@pytest.fixture
-def gpt(server: FakeModelServer) -> Iterator[OpenAI]:
-    with OpenAI(api_key="k", base_url=server.openai_base_url, max_retries=0) as sdk:
-        yield sdk
 
 
 def test_the_chat_stream_helper_is_journaled_and_replayed(

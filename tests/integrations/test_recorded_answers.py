@@ -6,42 +6,20 @@ another provider's response object and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from anthropic import Anthropic
+from model_fixtures import Crash, claude_fixture, gpt_fixture, server_fixture  # noqa: F401 - fixtures
 from openai import OpenAI
 from openai.types.chat import ChatCompletion
 
 from kassette import InvalidArgumentError, MemoryStorage, ReplayMismatchError, kassette
 from kassette.core import read_journal
 from kassette.integrations.openai import journaled
-from kassette.testing import FakeModelServer, fake_model_server
+from kassette.testing import FakeModelServer
 
 ASKED = {"model": "gpt-fake", "messages": [{"role": "user", "content": "Name a tide"}]}
-
-
-class Crash(BaseException):
-    """Stands in for the process dying after a step: nothing more is journaled."""
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with fake_model_server() as fake:
-        yield fake
-
-
-@pytest.fixture
-def gpt(server: FakeModelServer) -> Iterator[OpenAI]:
-    with OpenAI(api_key="k", base_url=server.openai_base_url, max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
-def claude(server: FakeModelServer) -> Iterator[Anthropic]:
-    with Anthropic(api_key="k", base_url=server.anthropic_base_url, max_retries=0) as sdk:
-        yield sdk
 
 
 def written_by_another_writer(gpt: OpenAI, recorded: Any) -> tuple[Any, list[Any]]:
