@@ -72,3 +72,15 @@ def populate(storage: Storage, server: FakeModelServer, start: float | None = No
             progress=False,
             max_workers=1,
         )
+
+
+def attrs(item: Any) -> dict[str, Any]:
+    """An OTLP protobuf span's (or link's, or event's) attributes as a dict."""
+    found: dict[str, Any] = {}
+    for kv in item.attributes:
+        kind = kv.value.WhichOneof("value")
+        value = getattr(kv.value, kind)
+        if kind == "array_value":
+            value = [getattr(v, v.WhichOneof("value")) for v in value.values]
+        found[kv.key] = value
+    return found

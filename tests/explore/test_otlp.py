@@ -31,7 +31,7 @@ from kassette import explore as kx
 from kassette.testing import fake_model_server
 
 sys.path.insert(0, str(Path(__file__).parent))
-from otel_support import DRAFT, MODEL, RUNS, populate
+from otel_support import DRAFT, MODEL, RUNS, attrs, populate
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -73,17 +73,6 @@ def spans_of(path: Path) -> list[Span]:
         assert scope.scope.name == "kassette"
         spans.extend(scope.spans)
     return spans
-
-
-def attrs(span: Span) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for kv in span.attributes:
-        kind = kv.value.WhichOneof("value")
-        value = getattr(kv.value, kind)
-        if kind == "array_value":
-            value = [getattr(item, item.WhichOneof("value")) for item in value.values]
-        found[kv.key] = value
-    return found
 
 
 def nanos(moment: Any) -> int:

@@ -23,6 +23,7 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_support import attrs
 
 from kassette import LocalStorage, MemoryStorage, Storage
 from kassette import explore as kx
@@ -61,17 +62,6 @@ def parse_line(text: str) -> ExportTraceServiceRequest:
 
 def spans_of(request: ExportTraceServiceRequest) -> list[Span]:
     return [span for r in request.resource_spans for s in r.scope_spans for span in s.spans]
-
-
-def attrs(item: Any) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for kv in item.attributes:
-        kind = kv.value.WhichOneof("value")
-        value = getattr(kv.value, kind)
-        if kind == "array_value":
-            value = [getattr(v, v.WhichOneof("value")) for v in value.values]
-        found[kv.key] = value
-    return found
 
 
 def exported(storage: Storage, tmp_path: Path, **options: Any) -> list[Span]:
