@@ -123,7 +123,6 @@ _CANONICAL = (
     r'"timestamp":"[^"\\]*"[,}]'
 )
 
-_MANY_BRACKETS = rf"^(?:[^\[{{]*[\[{{]){{{MAX_LINE_DEPTH + 1}}}"
 _ESCAPED_SURROGATE = r"\\u[dD][89a-fA-F]"  # maybe a lone one: `decode_line` tells
 
 IntArray = npt.NDArray[np.int64]
@@ -134,20 +133,30 @@ class Batch:
 
     def __init__(self) -> None:
         self.run_ids: list[str] = []
-        self.data = bytearray()
+        self._parts: list[bytes | bytearray] = []  # joined once, when `data` is first read
         self._sizes: list[int] = []
+        self.size = 0  # len(data)
         self._ends: IntArray | None = None
         self.versions: dict[str, str] = {}  # run id -> the storage token it was read at
 
     def add(self, run_id: str, journal: bytes, token: str | None = None) -> None:
         """Append a run's journal; a torn final line (no newline yet) is left out."""
-        complete = journal[: journal.rfind(b"\n") + 1]
+        complete = journal[: journal.rfind(b"\n") + 1]  # the journal itself when it is complete
         if token is not None:
             self.versions[run_id] = token
         self.run_ids.append(run_id)
         self._sizes.append(len(complete))
-        self.data += complete
+        self._parts.append(complete)
+        self.size += len(complete)
         self._ends = None
+
+    @property
+    def data(self) -> bytearray:
+        """Every run's complete lines, joined (in one copy: the floor's own join): the decoder
+        may modify them, as it reads them once."""
+        if len(self._parts) != 1 or not isinstance(self._parts[0], bytearray):
+            self._parts = [bytearray().join(self._parts)]
+        return self._parts[0]  # type: ignore[return-value]
 
     def line_ends(self) -> IntArray:
         """The position of every newline in `data`."""
@@ -174,7 +183,7 @@ class Batch:
             (first, self.run_ids[:half], self._sizes[:half], self.data[:cut]),
             (second, self.run_ids[half:], self._sizes[half:], self.data[cut:]),
         ):
-            part.run_ids, part._sizes, part.data = runs, sizes, data
+            part.run_ids, part._sizes, part._parts, part.size = runs, sizes, [data], len(data)
             part.versions = {run: self.versions[run] for run in runs if run in self.versions}
         return first, second
 
@@ -256,7 +265,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     lines = pa.Array.from_buffers(
         pa.large_binary(), total, [None, pa.py_buffer(bounds), pa.py_buffer(batch.data)]
     )
-    if not _strictly_readable(lines, batch.data, starts, ends):
+    if not _strictly_readable(batch.data, ends):
         return None
     longest = int((ends - starts).max()) + 1
     options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
@@ -315,21 +324,51 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     return pa.Table.from_arrays(columns, schema=_READ_ENTRY_SCHEMA)
 
 
-def _strictly_readable(lines: pa.Array, data: bytearray, starts: IntArray, ends: IntArray) -> bool:
+def _strictly_readable(data: bytearray, ends: IntArray) -> bool:
     """Whether every line keeps the rules of `kassette._codec.decode_line` that Arrow's reader
     does not check (it skips the fields it ignores): strict UTF-8, arrays and objects nested at
     most `MAX_LINE_DEPTH` deep, no escaped lone surrogate. A line that may not is left to the
-    general path, which decodes it with `decode_line` and raises where `Journal.parse` does."""
-    try:
-        lines.cast(pa.large_string())  # validates UTF-8, surrogates and overlong forms included
-    except pa.ArrowInvalid:
-        return False
-    # one anchored pass: a line with more than MAX_LINE_DEPTH brackets may be too deep
-    many = pc.match_substring_regex(lines, _MANY_BRACKETS).to_numpy(zero_copy_only=False)
-    for row in np.flatnonzero(many).tolist():  # few: measured exactly
-        if too_deep(bytes(data[starts[row] : ends[row]])):
+    general path, which decodes it with `decode_line` and raises where `Journal.parse` does.
+
+    Each rule is checked over all of `data` at once: a newline is never inside a UTF-8
+    sequence or an escape, so the data keeps them when every line does.
+    """
+    whole = pa.Array.from_buffers(
+        pa.large_binary(),
+        1,
+        [None, pa.py_buffer(np.array([0, len(data)], np.int64)), pa.py_buffer(data)],
+    )
+    if not data.isascii():
+        try:
+            whole.cast(pa.large_string())  # validates UTF-8, surrogates and overlong forms
+        except pa.ArrowInvalid:
             return False
-    return not pc.any(pc.match_substring_regex(lines, _ESCAPED_SURROGATE)).as_py()
+    if pc.any(pc.match_substring_regex(whole, _ESCAPED_SURROGATE)).as_py():
+        return False
+    # a line with more than MAX_LINE_DEPTH brackets may be too deep: few, measured exactly
+    many = np.flatnonzero(_brackets_per_line(data, ends) > MAX_LINE_DEPTH)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    return not any(too_deep(bytes(data[starts[row] : ends[row]])) for row in many.tolist())
+
+
+def _brackets_per_line(data: bytearray, ends: IntArray) -> IntArray:
+    """How many `[` and `{` each line (ending at `ends`) holds, a window of `data` at a time."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    below = np.empty(len(ends), dtype=np.int64)  # brackets before each line's end
+    seen = 0
+    size = min(_SCAN_WINDOW, len(raw))
+    folded, found = np.empty(size, dtype=np.uint8), np.empty(size, dtype=np.bool_)
+    for at in range(0, len(raw), _SCAN_WINDOW):
+        window = raw[at : at + _SCAN_WINDOW]
+        width = len(window)
+        # `[` (0x5b) and `{` (0x7b) differ in bit 0x20 alone: no other byte folds to 0x7b
+        np.bitwise_or(window, 0x20, out=folded[:width])
+        np.equal(folded[:width], 0x7B, out=found[:width])
+        positions = np.flatnonzero(found[:width]) + at
+        lines = slice(*np.searchsorted(ends, [at, at + width]).tolist())
+        below[lines] = seen + np.searchsorted(positions, ends[lines])
+        seen += len(positions)
+    return np.diff(below, prepend=0)
 
 
 def _payload_starts(

@@ -99,7 +99,7 @@ def read_batches(
                 skipped(run_id)
             continue
         batch.add(run_id, snapshot.data, snapshot.token)
-        if len(batch.data) >= (batch_bytes or BATCH_BYTES):
+        if batch.size >= (batch_bytes or BATCH_BYTES):
             yield batch
             batch = Batch()
     if batch.run_ids:
