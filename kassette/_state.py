@@ -184,8 +184,19 @@ def reduce_run(entries: Iterable[Mapping[str, Any]]) -> RunState:
 
 def _settled(state: RunState, pending: tuple[str, ...], delivered: frozenset[str]) -> RunState:
     """`state` with these events, and the status that follows from them."""
-    status: Status = "suspended" if pending else "running"
-    return state._replace(status=status, pending_events=pending, delivered=delivered)
+    return RunState(  # every field in order, as in `reduce_entry`
+        "suspended" if pending else "running",
+        state.version,
+        state.source,
+        pending,
+        delivered,
+        state.result,
+        state.error,
+        state.created_offset,
+        state.ended_offset,
+        state.params,
+        state.input,
+    )
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ import pyarrow.json as pa_json
 from kassette._codec import (
     MAX_LINE_DEPTH,
     REQUIRED_TEXT,
+    TERMINAL_TYPES,
+    json_text,
     parse_moment,
     read_entry,
     to_json,
@@ -116,6 +118,10 @@ _PARSE_OPTIONS = pa_json.ParseOptions(
     explicit_schema=_READ_SCHEMA, unexpected_field_behavior="ignore"
 )
 _EVENT_TYPES = pa.array(["suspend", "resume"], pa.string())
+_TERMINAL = pa.array(sorted(TERMINAL_TYPES), pa.string())
+_EMPTY = to_json({})  # the `params` of a run whose start records none
+# what json.loads runs once past its checks, for a text known to hold one JSON value
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _SCAN_WINDOW = 1 << 22  # bytes searched for newlines at a time
 _MAX_VIEW_BYTES = 1 << 31  # string views address their data with 32-bit offsets
 _CANONICAL = (
@@ -490,25 +496,23 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     present = count > 0
     sessions = np.zeros(len(count), dtype=np.int64)
     steps = np.zeros(len(count), dtype=np.int64)
+    is_step = pc.equal(entries.column("type"), "step").to_numpy(zero_copy_only=False)
     if entries.num_rows:
         session_column = entries.column("session").to_numpy()
-        is_step = pc.equal(entries.column("type"), "step").to_numpy(zero_copy_only=False)
         sessions[present] = np.maximum.reduceat(session_column, first[present])
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
     states = [RunState() for _ in run_ids]
     first_starts: list[Any] = [None] * len(run_ids)
-    is_control = pc.not_equal(entries.column("type"), "step")
-    control = pc.indices_nonzero(is_control).to_numpy().astype(np.int64)
-    owner = np.searchsorted(first, control, side="right") - 1
-    kinds = entries.column("type").take(control).to_pylist()
-    offsets = entries.column("offset").take(control).to_pylist()
-    values = entries.column("value").take(control).to_pylist()
-    for run, kind, offset, value in zip(owner.tolist(), kinds, offsets, values, strict=True):
-        entry = json.loads(value)
+    runs, kinds, offsets, values = _folded(entries, first, is_step)
+    for run, kind, offset, value in zip(runs, kinds, offsets, values, strict=True):
+        state = states[run]
+        if kind == "start" and _unchanging_start(state, value):
+            continue
+        entry = _SCAN(value, 0)[0]  # json.loads(value): the text is one JSON object
         entry["type"], entry["offset"] = kind, offset
         if offset == 0:
             first_starts[run] = entry
-        states[run] = reduce_entry(states[run], entry)
+        states[run] = reduce_entry(state, entry)
     starts, has_rows = first.tolist(), present.tolist()
     started_rows = [
         start + state.creation_offset if has else None
@@ -544,7 +548,10 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
             ],
             pa.string(),
         ),
-        pa.array([to_json(s.params or {}) for s in states], pa.large_string()),
+        pa.array(
+            [json_text(s.params) if s.params else _EMPTY for s in states],
+            pa.large_string(),
+        ),
         pa.array([_json_of(s.input, s.created_offset) for s in states], pa.large_string()),
         pa.array(
             [
@@ -559,12 +566,52 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
     return columns, forks, imported_columns(first_starts)
 
 
+def _folded(
+    entries: pa.Table, first: IntArray, is_step: npt.NDArray[np.bool_]
+) -> tuple[list[int], list[str], list[int], list[str]]:
+    """The entries `reduce_entry` may fold into their run's state (the runs' first rows at
+    `first`): each one's run (its row in the runs table), type, offset and `value`.
+
+    Steps leave the state as it is, and so does every entry after a run's first terminal
+    entry: neither is read.
+    """
+    control = np.flatnonzero(~is_step)
+    owner = np.searchsorted(first, control, side="right") - 1
+    kinds = entries.column("type").take(control)
+    terminal = pc.is_in(kinds, _TERMINAL).to_numpy(zero_copy_only=False).astype(np.int64)
+    ended_before = np.cumsum(terminal) - terminal  # terminal entries before each, in any run
+    # a run's own: the count before it, less the count before its run's first such entry
+    before_run = ended_before[np.searchsorted(owner, owner, side="left")]
+    read = np.flatnonzero(ended_before == before_run)
+    rows = control[read]
+    return (
+        owner[read].tolist(),
+        kinds.take(read).to_pylist(),
+        entries.column("offset").take(rows).to_pylist(),
+        entries.column("value").take(rows).to_pylist(),
+    )
+
+
+def _unchanging_start(state: RunState, value: str) -> bool:
+    """Whether `reduce_entry` leaves `state` as it is for a `start` whose payload is `value`,
+    told without decoding it: a start after the one that created the run changes only a
+    version not known yet, or (with a `source` object) the fork source. `value` has no key
+    `source` when its text has no `"source"` and no `\\u` escape (one could spell it)."""
+    return (
+        state.created_offset is not None
+        and state.version is not None
+        and '"source"' not in value
+        and "\\u" not in value
+    )
+
+
 def _json_of(value: Any, recorded_at: int | None) -> str | None:
-    """`value` as JSON text, if the entry that records it exists (a foreign writer's NaN too)."""
+    """`value` as JSON text, if the entry that records it exists (a foreign writer's NaN too):
+    `to_json`'s text (a value decoded from JSON holds no cycle, and is not too deep)."""
     if recorded_at is None:
         return None
     try:
-        return to_json(value)
+        return json_text(value)
     except ValueError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
