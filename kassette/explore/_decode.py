@@ -271,17 +271,11 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     lines = pa.Array.from_buffers(
         pa.large_binary(), total, [None, pa.py_buffer(bounds), pa.py_buffer(batch.data)]
     )
-    if not _strictly_readable(batch.data, ends):
-        return None
     longest = int((ends - starts).max()) + 1
-    options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
-    try:
-        parsed = pa_json.read_json(
-            pa.BufferReader(pa.py_buffer(batch.data)),
-            read_options=options,
-            parse_options=_PARSE_OPTIONS,
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    if not (_strictly_readable(batch.data, ends) and _canonical(lines)):
+        return None
+    parsed = _parsed(batch.data, longest)
+    if parsed is None:
         return None
     if parsed.num_rows != total or any(
         parsed.column(name).null_count for name in ("type", "session", "offset", "timestamp")
@@ -302,9 +296,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         timestamps = parsed.column("timestamp").cast(_TIMESTAMP)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    payload_starts = _payload_starts(batch.data, lines, starts, parsed)
-    if payload_starts is None:
-        return None
+    payload_starts = _payload_starts(batch.data, starts, parsed)
     is_step = pc.equal(kinds, "step")
     # an upstream suspend or resume names its event only with `name`
     event_name = pc.if_else(
@@ -328,6 +320,22 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         _values(batch.data, payload_starts, ends),
     ]
     return pa.Table.from_arrays(columns, schema=_READ_ENTRY_SCHEMA)
+
+
+def _parsed(data: bytearray, longest: int) -> pa.Table | None:
+    """The fields of `_READ_SCHEMA` of every line, or None if Arrow's reader refuses one."""
+    options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
+    try:
+        return pa_json.read_json(
+            pa.BufferReader(pa.py_buffer(data)), read_options=options, parse_options=_PARSE_OPTIONS
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _canonical(lines: pa.Array) -> bool:
+    """Whether every line opens with the envelope in its canonical form (`_payload_starts`)."""
+    return bool(pc.all(pc.match_substring_regex(lines, _CANONICAL)).as_py())
 
 
 def _strictly_readable(data: bytearray, ends: IntArray) -> bool:
@@ -377,17 +385,14 @@ def _brackets_per_line(data: bytearray, ends: IntArray) -> IntArray:
     return np.diff(below, prepend=0)
 
 
-def _payload_starts(
-    data: bytearray, lines: pa.Array, starts: IntArray, parsed: pa.Table
-) -> IntArray | None:
-    """Where each line's payload begins, if every line opens with the canonical envelope.
+def _payload_starts(data: bytearray, starts: IntArray, parsed: pa.Table) -> IntArray:
+    """Where each line's payload begins, every line opening with the canonical envelope
+    (`_canonical`).
 
     A canonical line is `{"type":T,"session":S,"offset":O,"timestamp":TS` then `,` or `}`,
     with T and TS free of escapes and S and O plain integers, so the parsed values have the
     same lengths as their text and the payload starts at the sum of the lengths.
     """
-    if not pc.all(pc.match_substring_regex(lines, _CANONICAL)).as_py():
-        return None
     lengths = [
         pc.binary_length(parsed.column(name)).to_numpy().astype(np.int64)
         for name in ("type", "timestamp")
