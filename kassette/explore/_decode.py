@@ -421,12 +421,17 @@ def _values(data: bytearray, starts: IntArray, ends: IntArray) -> pa.Array:
     long = lengths > 12
     # A view is 16 bytes: the length, then either the bytes themselves (up to 12) or the
     # first 4 bytes, the buffer's index (0) and the offset into it.
-    views = np.zeros((len(starts), 4), dtype=np.int32)
+    views = np.zeros((len(starts), 4), dtype=np.uint32)
     views[:, 0] = lengths
-    views[long, 3] = starts[long]
+    rows = np.flatnonzero(long)
+    if len(rows):  # the first 4 bytes read as one word at any byte (an unaligned view)
+        words = np.ndarray((len(raw) - 3,), dtype=np.uint32, buffer=data, strides=(1,))
+        views[rows, 1] = words[starts[rows]]
+        views[rows, 3] = starts[rows]
+    short = np.flatnonzero(~long)
     as_bytes = views.view(np.uint8)
-    for index in range(12):
-        rows = np.flatnonzero(np.where(long, index < 4, index < lengths))
+    for index in range(12):  # a short payload (`{}`) is held in its view, zero-padded
+        rows = short[index < lengths[short]]
         as_bytes[rows, 4 + index] = raw[starts[rows] + index]
     array = pa.Array.from_buffers(
         pa.string_view(), len(starts), [None, pa.py_buffer(views), pa.py_buffer(data)]

@@ -283,3 +283,18 @@ def test_a_batch_joins_its_journals_once() -> None:
     assert batch.data is batch.data and bytes(batch.data) == b'{"x":1}\n{"z":2}\n'
     first, second = batch.split()
     assert (bytes(first.data), first.size, second.run_ids) == (b'{"x":1}\n', 8, ["b"])
+
+
+def test_payloads_short_and_long_read_as_the_general_path_reads_them() -> None:
+    """`_values` holds a payload of up to 12 bytes in its view and points to a longer one."""
+    fields = [{"type": "note"}, *({"type": "note", "x": "a" * size} for size in range(12))]
+    data = journal(fields)
+    batch = _decode.Batch()
+    batch.add("r", data)
+    fast = _decode._fast_entries(batch)
+    assert fast is not None
+    assert fast.column("value").to_pylist() == [
+        "{}",
+        *(to_json({"x": "a" * size}) for size in range(12)),
+    ]
+    assert fast.equals(_decode._python_entries("r", data))
