@@ -124,10 +124,7 @@ _EMPTY = to_json({})  # the `params` of a run whose start records none
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _SCAN_WINDOW = 1 << 22  # bytes searched for newlines at a time
 _MAX_VIEW_BYTES = 1 << 31  # string views address their data with 32-bit offsets
-_CANONICAL = (
-    r'^\{"type":"[^"\\]*","session":[1-9][0-9]*,"offset":(?:0|[1-9][0-9]*),'
-    r'"timestamp":"[^"\\]*"[,}]'
-)
+_POWERS_OF_TEN = 10 ** np.arange(1, 19, dtype=np.int64)  # an int64 has up to 19 digits
 
 _ESCAPED_SURROGATE = r"\\u[dD][89a-fA-F]"  # maybe a lone one: `decode_line` tells
 
@@ -267,12 +264,8 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     counts = batch.counts(ends)
     starts = np.empty(total, dtype=np.int64)
     starts[0], starts[1:] = 0, ends[:-1] + 1
-    bounds = np.append(starts, ends[-1] + 1)
-    lines = pa.Array.from_buffers(
-        pa.large_binary(), total, [None, pa.py_buffer(bounds), pa.py_buffer(batch.data)]
-    )
     longest = int((ends - starts).max()) + 1
-    if not (_strictly_readable(batch.data, ends) and _canonical(lines)):
+    if not _strictly_readable(batch.data, ends):
         return None
     parsed = _parsed(batch.data, longest)
     if parsed is None:
@@ -296,7 +289,9 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
         timestamps = parsed.column("timestamp").cast(_TIMESTAMP)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    payload_starts = _payload_starts(batch.data, starts, parsed)
+    payload_starts = _payload_starts(batch.data, starts, ends, parsed)
+    if payload_starts is None:
+        return None
     is_step = pc.equal(kinds, "step")
     # an upstream suspend or resume names its event only with `name`
     event_name = pc.if_else(
@@ -331,11 +326,6 @@ def _parsed(data: bytearray, longest: int) -> pa.Table | None:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-
-
-def _canonical(lines: pa.Array) -> bool:
-    """Whether every line opens with the envelope in its canonical form (`_payload_starts`)."""
-    return bool(pc.all(pc.match_substring_regex(lines, _CANONICAL)).as_py())
 
 
 def _strictly_readable(data: bytearray, ends: IntArray) -> bool:
@@ -385,27 +375,54 @@ def _brackets_per_line(data: bytearray, ends: IntArray) -> IntArray:
     return np.diff(below, prepend=0)
 
 
-def _payload_starts(data: bytearray, starts: IntArray, parsed: pa.Table) -> IntArray:
-    """Where each line's payload begins, every line opening with the canonical envelope
-    (`_canonical`).
+def _payload_starts(
+    data: bytearray, starts: IntArray, ends: IntArray, parsed: pa.Table
+) -> IntArray | None:
+    """Where each line's payload begins, if every line opens with the envelope in its
+    canonical form, else None.
 
     A canonical line is `{"type":T,"session":S,"offset":O,"timestamp":TS` then `,` or `}`,
-    with T and TS free of escapes and S and O plain integers, so the parsed values have the
-    same lengths as their text and the payload starts at the sum of the lengths.
+    with T and TS free of escapes and S and O plain integers (S from 1). It is told from the
+    parsed values, whose lengths say where the envelope's fixed text must be. Arrow's reader
+    has read every line as JSON (no key twice, integers in plain digits), and T and TS hold no
+    quote: so the fixed text is found there only if T and TS are written without escapes. An
+    escape is longer than what it stands for, which would put the `"` that opens
+    `","session":` (or the `"` after TS) inside the string, escaped: a quote T (or TS) would
+    hold. tests/explore/test_decode.py holds this to the regular expression that says it.
     """
-    lengths = [
-        pc.binary_length(parsed.column(name)).to_numpy().astype(np.int64)
-        for name in ("type", "timestamp")
+    kinds, times = parsed.column("type"), parsed.column("timestamp")
+    for text in (kinds, times):
+        if pc.any(pc.match_substring_regex(text, r'["\\]')).as_py():
+            return None
+    sessions = parsed.column("session").to_numpy()
+    if (sessions < 1).any():
+        return None
+    digits = [  # offsets are 0, 1, ... (checked): neither is negative
+        np.searchsorted(_POWERS_OF_TEN, numbers, side="right") + 1
+        for numbers in (sessions, parsed.column("offset").to_numpy())
     ]
-    text = [
-        pc.binary_length(pc.cast(parsed.column(name), pa.string())).to_numpy().astype(np.int64)
-        for name in ("session", "offset")
-    ]
-    envelope = len('{"type":"","session":,"offset":,"timestamp":""')
-    closing = starts + envelope + lengths[0] + lengths[1] + text[0] + text[1]  # `,` or `}`
+    type_ends = starts + 9 + pc.binary_length(kinds).to_numpy().astype(np.int64)
+    session_ends = type_ends + 12 + digits[0]
+    offset_ends = session_ends + 10 + digits[1]
+    closing = offset_ends + 14 + pc.binary_length(times).to_numpy().astype(np.int64) + 1
+    if (closing >= ends).any():  # `,` or `}` at `closing`, in the line (which ends in `}`)
+        return None
     raw = np.frombuffer(data, dtype=np.uint8)
+    words = np.ndarray((len(raw) - 7,), dtype=np.uint64, buffer=data, strides=(1,))
+    for at, text in (
+        (starts, b'{"type":"'),
+        (type_ends, b'","session":'),
+        (session_ends, b',"offset":'),
+        (offset_ends, b',"timestamp":"'),
+    ):
+        for part, shift in ((text[:8], 0), (text[-8:], len(text) - 8)):
+            if (words[at + shift] != np.frombuffer(part, dtype=np.uint64)[0]).any():
+                return None
+    after = raw[closing]
+    if (raw[closing - 1] != ord('"')).any() or ((after != ord(",")) & (after != ord("}"))).any():
+        return None
     # `,rest}` becomes `{rest}`; a bare `"}` (no payload) becomes `{}`.
-    payload: IntArray = np.where(raw[closing] == ord(","), closing, closing - 1)
+    payload: IntArray = np.where(after == ord(","), closing, closing - 1)
     return payload
 
 
