@@ -384,16 +384,14 @@ def _payload_starts(
     A canonical line is `{"type":T,"session":S,"offset":O,"timestamp":TS` then `,` or `}`,
     with T and TS free of escapes and S and O plain integers (S from 1). It is told from the
     parsed values, whose lengths say where the envelope's fixed text must be. Arrow's reader
-    has read every line as JSON (no key twice, integers in plain digits), and T and TS hold no
-    quote: so the fixed text is found there only if T and TS are written without escapes. An
-    escape is longer than what it stands for, which would put the `"` that opens
-    `","session":` (or the `"` after TS) inside the string, escaped: a quote T (or TS) would
-    hold. tests/explore/test_decode.py holds this to the regular expression that says it.
+    has read every line as JSON (no key twice, integers in plain digits), so the fixed text is
+    found there only if T and TS are written without escapes: an escape is longer than what it
+    stands for, which would put the `"` that opens `","session":` inside T's string, where the
+    unescaped `"` two bytes on would end it (and `session":` cannot follow a value), and the
+    `"` after TS inside TS's string, escaped (so after a backslash). tests/explore/
+    test_decode.py holds this to the regular expression that says it.
     """
     kinds, times = parsed.column("type"), parsed.column("timestamp")
-    for text in (kinds, times):
-        if pc.any(pc.match_substring_regex(text, r'["\\]')).as_py():
-            return None
     sessions = parsed.column("session").to_numpy()
     if (sessions < 1).any():
         return None
@@ -418,8 +416,10 @@ def _payload_starts(
         for part, shift in ((text[:8], 0), (text[-8:], len(text) - 8)):
             if (words[at + shift] != np.frombuffer(part, dtype=np.uint64)[0]).any():
                 return None
-    after = raw[closing]
-    if (raw[closing - 1] != ord('"')).any() or ((after != ord(",")) & (after != ord("}"))).any():
+    after = raw[closing]  # and before it, TS's closing quote (not an escaped one)
+    if (raw[closing - 1] != ord('"')).any() or (raw[closing - 2] == ord("\\")).any():
+        return None
+    if ((after != ord(",")) & (after != ord("}"))).any():
         return None
     # `,rest}` becomes `{rest}`; a bare `"}` (no payload) becomes `{}`.
     payload: IntArray = np.where(after == ord(","), closing, closing - 1)
