@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +24,12 @@ from kassette.errors import InvalidArgumentError
 from kassette.explore._decode import ENTRY_SCHEMA, RUN_SCHEMA, Batch, decode, with_totals
 from kassette.explore._export import ParquetSink, check_partition_by
 from kassette.explore._llm import LLM_CALL_SCHEMA, llm_calls
-from kassette.explore._read import existing_storage, oldest_first, read_batches, unique_run_ids
+from kassette.explore._read import (
+    batches_to_load,
+    existing_storage,
+    oldest_first,
+    unique_run_ids,
+)
 from kassette.explore._refresh import refreshed, stamps_before_reading
 from kassette.explore._table import frame_html, frame_text
 from kassette.storage import Storage
@@ -287,10 +293,11 @@ def load(
     stamped = stamps_before_reading(storage, wanted)
     stamps: dict[str, object] = {} if stamped is None else stamped
     decoded = []
-    for batch in read_batches(storage, wanted):
-        if stamped is None:
-            stamps.update(batch.versions)  # a token serves as a stamp
-        decoded.append(decode(batch, totals=False))  # added when the runs table is asked for
+    with closing(batches_to_load(storage, wanted)) as batches:  # no read left if a decode raises
+        for batch in batches:
+            if stamped is None:
+                stamps.update(batch.versions)  # a token serves as a stamp
+            decoded.append(decode(batch, totals=False))  # totals: when the runs are asked for
     if not decoded:
         decoded = [decode(Batch(), totals=False)]
     entries = pa.concat_tables([entries for entries, _ in decoded])

@@ -1,13 +1,15 @@
 """Reading a storage's journals for explore: in batches, and the runs oldest first.
 
-A batch holds about `BATCH_BYTES` of journal bytes, so `load` and `export` decode a store
-larger than memory a piece at a time (`export` never holds more than a batch).
+A batch holds about `BATCH_BYTES` of journal bytes (`LOAD_BATCH_BYTES` for `load`), so
+`load` and `export` decode a store larger than memory a piece at a time (`export` never holds
+more than a batch).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,14 +21,20 @@ from kassette.storage import Storage, check_exists, open_storage
 
 __all__ = [
     "BATCH_BYTES",
+    "LOAD_BATCH_BYTES",
+    "batches_to_load",
     "existing_storage",
     "in_run_order",
     "oldest_first",
+    "read_ahead",
     "read_batches",
     "unique_run_ids",
 ]
 
 BATCH_BYTES = 64 << 20  # journal bytes decoded at a time
+# what `load` decodes at a time: a batch's several passes over its bytes stay in the CPU's
+# cache (a 10,000-run load takes a sixth less time than in batches of BATCH_BYTES)
+LOAD_BATCH_BYTES = 16 << 20
 
 
 def existing_storage(storage_or_url: Storage | str | os.PathLike[str]) -> Storage:
@@ -72,6 +80,29 @@ def unique_run_ids(run_ids: Iterable[str] | None) -> list[str] | None:
     if run_ids is None:
         return None
     return list(dict.fromkeys([run_ids] if isinstance(run_ids, str) else run_ids))
+
+
+def batches_to_load(storage: Storage, run_ids: list[str] | None) -> Generator[Batch, None, None]:
+    """What `load` decodes: `read_batches` of `LOAD_BATCH_BYTES`, read ahead."""
+    return read_ahead(read_batches(storage, run_ids, batch_bytes=LOAD_BATCH_BYTES))
+
+
+def read_ahead(batches: Iterator[Batch]) -> Generator[Batch, None, None]:
+    """`batches`, the next one read (and joined) in a thread while the caller decodes this
+    one: reading a file and Arrow's kernels let go of the GIL. An error reading is raised
+    where the batch it was reading would have been yielded."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_joined, batches)
+        while (batch := pending.result()) is not None:
+            pending = pool.submit(_joined, batches)
+            yield batch
+
+
+def _joined(batches: Iterator[Batch]) -> Batch | None:
+    batch = next(batches, None)
+    if batch is not None:
+        batch.data  # noqa: B018 - joins its journals in the reading thread
+    return batch
 
 
 def read_batches(

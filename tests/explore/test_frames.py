@@ -491,11 +491,27 @@ def test_any_payload_round_trips(results: list[Any], name: str, kind: str) -> No
 
 def test_batches_split_a_large_store(scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     whole = kx.load(scenario.storage).to_arrow()
-    monkeypatch.setattr("kassette.explore._read.BATCH_BYTES", 2000)
+    monkeypatch.setattr("kassette.explore._read.LOAD_BATCH_BYTES", 2000)
 
     batches = list(_read.read_batches(scenario.storage, None, batch_bytes=2000))
     assert len(batches) > 2
-    assert kx.load(scenario.storage).to_arrow().equals(whole)
+    loaded = kx.load(scenario.storage).to_arrow()
+    assert loaded.equals(whole) and loaded.column("run_id").num_chunks > 2
+
+
+def test_read_ahead_yields_the_batches_and_raises_where_they_would() -> None:
+    storage = MemoryStorage()
+    for run in range(5):
+        storage.append(f"r{run}", b'{"type":"start","session":1,"offset":0}\n' * 40, token=None)
+    read = list(_read.read_ahead(_read.read_batches(storage, None, batch_bytes=2000)))
+    assert [batch.run_ids for batch in read] == [
+        batch.run_ids for batch in _read.read_batches(storage, None, batch_bytes=2000)
+    ]
+    assert len(read) > 2 and bytes(read[0].data).count(b"\n") == 80
+    ahead = _read.read_ahead(_read.read_batches(storage, ["r0", "r1", "gone"], batch_bytes=1))
+    assert next(ahead).run_ids == ["r0"] and next(ahead).run_ids == ["r1"]
+    with pytest.raises(RunNotFoundError):
+        next(ahead)
 
 
 def test_timestamps_in_other_iso_forms(scenario: Scenario) -> None:
