@@ -140,6 +140,7 @@ class Batch:
         self._sizes: list[int] = []
         self.size = 0  # len(data)
         self._ends: IntArray | None = None
+        self._readable: bool | None = None
         self.versions: dict[str, str] = {}  # run id -> the storage token it was read at
 
     def add(self, run_id: str, journal: bytes, token: str | None = None) -> None:
@@ -151,7 +152,7 @@ class Batch:
         self._sizes.append(len(complete))
         self._parts.append(complete)
         self.size += len(complete)
-        self._ends = None
+        self._ends = self._readable = None
 
     @property
     def data(self) -> bytearray:
@@ -171,6 +172,14 @@ class Batch:
             ]
             self._ends = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
         return self._ends
+
+    def readable(self) -> bool:
+        """Whether every line keeps the rules Arrow's reader does not check
+        (`_strictly_readable`): told once, by a thread reading ahead (`_read.read_ahead`)
+        or by the decoder."""
+        if self._readable is None:
+            self._readable = _strictly_readable(self.data, self.line_ends())
+        return self._readable
 
     def counts(self, ends: IntArray) -> IntArray:
         """How many lines each run has, given `line_ends()`."""
@@ -265,7 +274,7 @@ def _fast_entries(batch: Batch) -> pa.Table | None:
     starts = np.empty(total, dtype=np.int64)
     starts[0], starts[1:] = 0, ends[:-1] + 1
     longest = int((ends - starts).max()) + 1
-    if not _strictly_readable(batch.data, ends):
+    if not batch.readable():
         return None
     parsed = _parsed(batch.data, longest)
     if parsed is None:

@@ -88,20 +88,20 @@ def batches_to_load(storage: Storage, run_ids: list[str] | None) -> Generator[Ba
 
 
 def read_ahead(batches: Iterator[Batch]) -> Generator[Batch, None, None]:
-    """`batches`, the next one read (and joined) in a thread while the caller decodes this
-    one: reading a file and Arrow's kernels let go of the GIL. An error reading is raised
-    where the batch it was reading would have been yielded."""
+    """`batches`, the next one read, joined and its lines checked (`Batch.readable`) in a
+    thread while the caller decodes this one: reading a file and numpy's and Arrow's kernels
+    let go of the GIL. An error reading is raised where its batch would have been yielded."""
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(_joined, batches)
+        pending = pool.submit(_prepared, batches)
         while (batch := pending.result()) is not None:
-            pending = pool.submit(_joined, batches)
+            pending = pool.submit(_prepared, batches)
             yield batch
 
 
-def _joined(batches: Iterator[Batch]) -> Batch | None:
+def _prepared(batches: Iterator[Batch]) -> Batch | None:
     batch = next(batches, None)
     if batch is not None:
-        batch.data  # noqa: B018 - joins its journals in the reading thread
+        batch.readable()  # its journals joined and its lines checked, in the reading thread
     return batch
 
 
