@@ -119,6 +119,7 @@ _PARSE_OPTIONS = pa_json.ParseOptions(
 )
 _EVENT_TYPES = pa.array(["suspend", "resume"], pa.string())
 _TERMINAL = pa.array(sorted(TERMINAL_TYPES), pa.string())
+_EVENT_KINDS = frozenset({"suspend", "resume"})
 _EMPTY = to_json({})  # the `params` of a run whose start records none
 # what json.loads runs once past its checks, for a text known to hold one JSON value
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
@@ -539,13 +540,18 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
     states = [RunState() for _ in run_ids]
     first_starts: list[Any] = [None] * len(run_ids)
-    runs, kinds, offsets, values = _folded(entries, first, is_step)
-    for run, kind, offset, value in zip(runs, kinds, offsets, values, strict=True):
+    folded = _folded(entries, first, is_step)
+    for run, kind, offset, value, step_id in zip(*folded, strict=True):
         state = states[run]
         if kind == "start" and _unchanging_start(state, value):
             continue
-        entry = _SCAN(value, 0)[0]  # json.loads(value): the text is one JSON object
-        entry["type"], entry["offset"] = kind, offset
+        if kind in _EVENT_KINDS and offset and '"stepId"' not in value and "\\u" not in value:
+            # all `reduce_entry` reads of it: its event id, which is its `step_id` when it
+            # has no `stepId` (no text `"stepId"`, and no escape that could spell it)
+            entry = {"type": kind, "offset": offset, "eventId": step_id}
+        else:
+            entry = _SCAN(value, 0)[0]  # json.loads(value): the text is one JSON object
+            entry["type"], entry["offset"] = kind, offset
         if offset == 0:
             first_starts[run] = entry
         states[run] = reduce_entry(state, entry)
@@ -604,9 +610,10 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
 
 def _folded(
     entries: pa.Table, first: IntArray, is_step: npt.NDArray[np.bool_]
-) -> tuple[list[int], list[str], list[int], list[str]]:
+) -> tuple[list[int], list[str], list[int], list[str], list[str | None]]:
     """The entries `reduce_entry` may fold into their run's state (the runs' first rows at
-    `first`): each one's run (its row in the runs table), type, offset and `value`.
+    `first`): each one's run (its row in the runs table), type, offset, `value` and
+    `step_id`.
 
     Steps leave the state as it is, and so does every entry after a run's first terminal
     entry: neither is read.
@@ -625,6 +632,7 @@ def _folded(
         kinds.take(read).to_pylist(),
         entries.column("offset").take(rows).to_pylist(),
         entries.column("value").take(rows).to_pylist(),
+        entries.column("step_id").take(rows).to_pylist(),
     )
 
 

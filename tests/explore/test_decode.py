@@ -60,6 +60,12 @@ ENTRY = st.one_of(
         lambda e: {"type": "resume", "eventId": e, "event": e, "value": 1}, st.sampled_from("ab")
     ),
     st.builds(lambda e: {"type": "suspend", "name": e}, st.sampled_from("ab")),  # upstream's
+    st.builds(  # a foreign writer's: a `stepId` too, which is not the event's id
+        lambda kind, step, event: {"type": kind, "stepId": step, "eventId": event},
+        st.sampled_from(["suspend", "resume"]),
+        st.sampled_from("ab"),
+        st.sampled_from("ab"),
+    ),
     st.builds(lambda e: {"type": "resume", "name": e}, st.sampled_from("ab")),
     st.builds(lambda r: {"type": "complete", "result": r}, JSON),
     st.just({"type": "error", "error": {"name": "ValueError", "message": "no"}}),
@@ -152,6 +158,13 @@ FORKS_AND_REPEATS = [  # the cases the shortcuts skip entries in, written out
         {"type": "suspend", "eventId": "b", "event": "b"},
         {"type": "suspend", "eventId": "c", "event": "c"},
     ],
+    # a suspend or resume with a `stepId` other than its event's id
+    [
+        _start("v1", None, {}, None),
+        {"type": "suspend", "stepId": "other", "eventId": "a", "event": "a"},
+        {"type": "suspend", "stepId": "b", "name": "c"},
+        {"type": "resume", "stepId": "a", "eventId": "b", "event": "b", "value": 1},
+    ],
     # entries after a terminal one count for nothing
     [
         _start("v1", None, {}, None),
@@ -208,6 +221,21 @@ def test_a_later_start_whose_source_key_is_escaped_is_read() -> None:
     assert _decode._fast_entries(batch_of((first + later).split(b"\n")[:-1])) is not None
     row = kx.load(storage).runs.iloc[0]
     assert row["parent_run_id"] == "src" and row["fork_offset"] == 0
+    assert loaded_rows(storage)["r"] == expected_row(storage, "r")
+
+
+def test_a_suspend_whose_step_id_key_is_escaped_is_read() -> None:
+    """`"\\u0073tepId"` is `stepId`: the suspend's `step_id` is then not its event's id."""
+    first = journal([_start("v1", None, {}, None)])
+    later = (
+        b'{"type":"suspend","session":1,"offset":1,"timestamp":"2026-01-01T00:00:01.000Z",'
+        b'"\\u0073tepId":"other","eventId":"a","event":"a"}\n'
+    )
+    storage = MemoryStorage()
+    storage.append("r", first + later, token=None)
+    assert _decode._fast_entries(batch_of((first + later).split(b"\n")[:-1])) is not None
+    row = kx.load(storage).runs.iloc[0]
+    assert list(row["pending_events"]) == ["a"]
     assert loaded_rows(storage)["r"] == expected_row(storage, "r")
 
 
