@@ -413,7 +413,7 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
         columns["duration_ms"].append(_number(entry.get("durationMs")))
         columns["edited"].append(entry.get("edited") is True)
         payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
-        columns["value"].append(to_json(payload))
+        columns["value"].append(_json_text(payload))
     return pa.table(columns, schema=_READ_ENTRY_SCHEMA)
 
 
@@ -522,8 +522,11 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
 
 def _json_of(value: Any, recorded_at: int | None) -> str | None:
     """`value` as JSON text, if the entry that records it exists (a foreign writer's NaN too)."""
-    if recorded_at is None:
-        return None
+    return None if recorded_at is None else _json_text(value)
+
+
+def _json_text(value: Any) -> str:
+    """`value` as JSON text; a foreign writer's NaN or infinity as JSON readers spell it."""
     try:
         return to_json(value)
     except ValueError:
