@@ -560,8 +560,8 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
     messages = request.get("messages", request.get("input"))
     if isinstance(messages, str):
         return messages  # the Responses API's input given as one string
-    for message in reversed(_dicts(messages)):
-        if message.get("role") == "user":
+    for message in reversed(messages) if isinstance(messages, list) else ():
+        if isinstance(message, dict) and message.get("role") == "user":
             return _content_text(message.get("content"), "\n")
     return None
 

@@ -360,24 +360,24 @@ def _chat_tool_calls(message: dict[str, pa.Array], is_chat: pa.Array) -> pa.Arra
     has = pc.and_(has, is_chat)
     texts: list[str] = ["[]"] * len(tool_calls)
     rows = np.flatnonzero(pc.fill_null(has, False).to_numpy(zero_copy_only=False))
-    taken = pa.array(rows)
-    for row, items, old in zip(
-        rows.tolist(),
-        tool_calls.take(taken).to_pylist(),
-        legacy.take(taken).to_pylist(),
-        strict=True,
-    ):
-        functions = [item["function"] or {} for item in items or [] if item is not None]
-        functions += [old] if old is not None else []
-        texts[row] = to_json(
-            [
-                {
-                    "name": function.get("name"),
-                    "arguments": tool_arguments(function.get("arguments")),
-                }
-                for function in functions
-            ]
-        )
+    # the items' functions, flat, and where each row's are (a null item is no tool call)
+    items = tool_calls.values
+    functions = _fields(_fields(items)["function"])
+    names = functions["name"].to_pylist()
+    arguments = functions["arguments"].to_pylist()
+    present = pc.is_valid(items).to_numpy(zero_copy_only=False)
+    offsets = tool_calls.offsets.to_numpy()
+    firsts, lasts = offsets[rows].tolist(), offsets[rows + 1].tolist()
+    olds = legacy.take(pa.array(rows)).to_pylist()
+    for row, first, last, old in zip(rows.tolist(), firsts, lasts, olds, strict=True):
+        calls = [
+            {"name": names[at], "arguments": tool_arguments(arguments[at])}
+            for at in range(first, last)
+            if present[at]
+        ]
+        if old is not None:
+            calls.append({"name": old["name"], "arguments": tool_arguments(old["arguments"])})
+        texts[row] = to_json(calls)
     return pa.array(texts, pa.large_string())
 
 
