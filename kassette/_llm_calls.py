@@ -248,14 +248,20 @@ def read_llm_call(entry: Mapping[str, Any]) -> LLMCall | None:
     return read_llm_result(entry.get("result"), entry.get("call"))
 
 
-def read_llm_fields(entry: Mapping[str, Any]) -> LLMCall | None:
+def read_llm_fields(entry: Mapping[str, Any], text: str | None = None) -> LLMCall | None:
     """`read_llm_call(entry)` for reading the call's fields (its model, text, tool calls,
     usage, ...), which are the same, and not its `result`: a stream's runs of deltas are
     joined (`kassette._model_streams.collapsed`), not written out an event each. What
-    reads a store's calls as data (`kassette.explore`) reads them so."""
+    reads a store's calls as data (`kassette.explore`) reads them so. `text`: the entry's
+    JSON text, when the caller has it (a stream with no NUL in it has no mark to look for)."""
     if entry.get("type") != "step" or entry.get("kind") not in (None, "step"):
         return None
-    return read_llm_result(entry.get("result"), entry.get("call"), events=_collapsed)
+    nul_free = text is not None and "\\u0000" not in text
+    return read_llm_result(
+        entry.get("result"),
+        entry.get("call"),
+        events=functools.partial(_collapsed, nul_free=nul_free),
+    )
 
 
 def read_llm_result(

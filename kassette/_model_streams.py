@@ -56,23 +56,24 @@ def expanded(result: Any) -> Any:
     return {"stream": _events(result["stream"], joined=False)}
 
 
-def collapsed(result: Any) -> Any:
+def collapsed(result: Any, *, nul_free: bool = False) -> Any:
     """`expanded(result)` for reading a model call's fields, not its events: a run of deltas
     that a reader of the call only concatenates (text deltas of one Anthropic content block
     or of a chat completion's choice, tool-call argument deltas of one tool call, a Responses
     stream's deltas) is one event whose delta is the run's joined. Every field
     `kassette._llm_calls` reads of it is the same as of `expanded(result)`, and a stream of
-    a thousand deltas is read at the cost of a few events."""
+    a thousand deltas is read at the cost of a few events. `nul_free`: the caller knows no
+    string of `result` holds a NUL (its JSON text has no `\\u0000`), so none is marked."""
     if not is_stored_stream(result) or isinstance(result["stream"], list):
         return result
-    return {"stream": _events(result["stream"], joined=True)}
+    return {"stream": _events(result["stream"], joined=True, nul_free=nul_free)}
 
 
-def _events(stored: dict[str, Any], *, joined: bool) -> list[Any]:
+def _events(stored: dict[str, Any], *, joined: bool, nul_free: bool = False) -> list[Any]:
     strings = stored.get("strings")
     table = [s for s in strings if isinstance(s, str)] if isinstance(strings, list) else []
     # no string is marked when none holds a NUL: `repr` (a walk in C) writes one `\x00`
-    marked = bool(table) or "\\x00" in repr(stored["events"])
+    marked = bool(table) or (not nul_free and "\\x00" in repr(stored["events"]))
     events: list[Any] = []
     for item in stored["events"]:
         if isinstance(item, list) and len(item) == 4:

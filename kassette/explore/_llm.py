@@ -267,6 +267,10 @@ def _model_calls(
             payload = json.loads(value)
         except ValueError:
             continue
-        call = read_llm_fields({**payload, "type": "step"}) if isinstance(payload, dict) else None
+        call = (
+            read_llm_fields({**payload, "type": "step"}, value)
+            if isinstance(payload, dict)
+            else None
+        )
         if call is not None:
             yield row, tuple(fields), call
