@@ -104,7 +104,8 @@ _SMALLEST_PART = 4  # calls below which a part Arrow refuses is read call by cal
 _LARGEST = 1 << 62  # a count past which sums may leave 64 bits: read call by call
 _DECODER = json.JSONDecoder()
 _CALL_OPENING = re.compile(r'\{"provider":"([^"\\]*)","method":"([^"\\]*)","request":')
-_SPACED_CALL = re.compile(r'"call"\s')
+_COLON = re.compile(r"\s*:")
+_LARGE = pa.large_string()
 _NOTHING, _NEWLINE = pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
 
 
@@ -127,12 +128,19 @@ def read_columns(values: pa.Array, *, texts: bool = True) -> Columns:
         pc.match_substring_regex(values, _LIKELY).to_numpy(zero_copy_only=False)
         & ~pc.match_substring_regex(values, _STREAM).to_numpy(zero_copy_only=False)
     )
-    parts = [(np.empty(0, dtype=np.int64), _SCHEMA.empty_table()), *_parsed(values, likely)]
-    rows = np.concatenate([part[0] for part in parts])
+    lines, calls = (
+        _without_calls(values, likely) if texts else (values.take(pa.array(likely)), None)
+    )
+    parts = [(np.empty(0, dtype=np.int64), _SCHEMA.empty_table()), *_parsed(lines)]
+    at = np.concatenate([part[0] for part in parts])  # of `lines`
+    rows = (likely if calls is None else calls.rows)[at]
     table = pa.concat_tables([part[1] for part in parts])
-    result, call = table.column("result").combine_chunks(), table.column("call").combine_chunks()
-    field = _fields(result)
-    called = _fields(call)
+    field = _fields(table.column("result").combine_chunks())
+    called = _fields(table.column("call").combine_chunks())
+    called["model"] = _fields(called["request"])["model"]
+    if calls is not None:  # the calls decoded in Python; one Arrow saw is one not decoded
+        unseen = pc.is_null(called["provider"]).to_numpy(zero_copy_only=False)
+        called = calls.columns(at)
     anthropic = pc.and_kleene(
         pc.and_kleene(pc.is_null(field["object"]), pc.equal(field["type"], "message")),
         pc.equal(field["role"], "assistant"),
@@ -178,10 +186,12 @@ def read_columns(values: pa.Array, *, texts: bool = True) -> Columns:
     ).to_numpy(zero_copy_only=False)
     plain &= ~(pick & other_keys)
     keep = takes_np & plain
+    if calls is not None:
+        keep &= unseen
     arrays: dict[str, pa.Array] = {
         "provider": pc.if_else(recorded, called["provider"], shape_provider),
         "method": pc.if_else(recorded, called["method"], pc.if_else(is_chat, _CHAT, _MESSAGES)),
-        "model": pc.coalesce(field["model"], _fields(called["request"])["model"]),
+        "model": pc.coalesce(field["model"], called["model"]),
         "input_tokens": _counted(counts[:, 0], known[:, 0]),
         "output_tokens": _counted(counts[:, 3], known[:, 3]),
         "total_tokens": _counted(counts[:, 5], known[:, 5]),
@@ -196,12 +206,7 @@ def read_columns(values: pa.Array, *, texts: bool = True) -> Columns:
         reasons = pc.if_else(is_chat, _fields(chat)["finish_reason"], field["stop_reason"])
         arrays["finish_reason"] = _mapped(reasons)
         arrays["tool_calls"] = _chat_tool_calls(message, is_chat)
-        requests = _requests(values, rows, pc.is_valid(called["request"]), called, keep)
-        keep &= requests[2]
-        arrays["request"], arrays["prompt"] = (
-            pa.array(requests[0], pa.large_string()),
-            pa.array(requests[1], pa.large_string()),
-        )
+        arrays["request"], arrays["prompt"] = called["request_text"], called["prompt"]
     where = np.flatnonzero(keep)
     taken = pa.array(where)
     return Columns(
@@ -213,19 +218,21 @@ def read_columns(values: pa.Array, *, texts: bool = True) -> Columns:
 
 
 def _parsed(
-    values: pa.Array, rows: npt.NDArray[np.int64]
+    lines: pa.Array, rows: npt.NDArray[np.int64] | None = None
 ) -> list[tuple[npt.NDArray[np.int64], pa.Table]]:
-    """`values[rows]` read by Arrow, in parts: a part Arrow refuses is halved until the rows
-    it refuses are left to the reader of one call (they are not in any part)."""
+    """`lines[rows]` (JSON texts; all of them by default) read by Arrow, in parts: a part Arrow
+    refuses is halved until the rows it refuses are left to the reader of one call (they are
+    in no part)."""
+    rows = np.arange(len(lines)) if rows is None else rows
     if not len(rows):
         return []
-    lines = pc.binary_join_element_wise(values.take(pa.array(rows)), _NOTHING, _NEWLINE)
-    size = int(pc.sum(pc.binary_length(lines)).as_py())
-    longest = int(pc.max(pc.binary_length(lines)).as_py())
+    joined = pc.binary_join_element_wise(lines.take(pa.array(rows)), _NOTHING, _NEWLINE)
+    size = int(pc.sum(pc.binary_length(joined)).as_py())
+    longest = int(pc.max(pc.binary_length(joined)).as_py())
     options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
     try:
         table = pa_json.read_json(
-            pa.BufferReader(lines.buffers()[2].slice(0, size)),
+            pa.BufferReader(joined.buffers()[2].slice(0, size)),
             read_options=options,
             parse_options=_OPTIONS,
         )
@@ -233,8 +240,59 @@ def _parsed(
         if len(rows) <= _SMALLEST_PART:
             return []
         half = len(rows) // 2
-        return _parsed(values, rows[:half]) + _parsed(values, rows[half:])
+        return _parsed(lines, rows[:half]) + _parsed(lines, rows[half:])
     return [(rows, table)] if table.num_rows == len(rows) else []
+
+
+@dataclass
+class _Calls:
+    """The `call` of each of `rows` (of the values given to `_without_calls`), as Python
+    decoded it: None for a step that records none, else its provider, method, request's
+    model, prompt and JSON text (not the request: a store's requests, kept alive at once,
+    would have the garbage collector walk them all again and again)."""
+
+    rows: npt.NDArray[np.int64]
+    found: list[tuple[str, str, str | None, str | None, str] | None]
+
+    def columns(self, at: npt.NDArray[np.int64]) -> dict[str, pa.Array]:
+        """Those of rows `at`, as the columns `read_columns` reads of a call."""
+        found = [self.found[row] for row in at.tolist()]
+        names = ("provider", "method", "model", "prompt", "request_text")
+        types = (_TEXT, _TEXT, _TEXT, _LARGE, _LARGE)
+        return {
+            name: pa.array([call[index] if call else None for call in found], kind)
+            for index, (name, kind) in enumerate(zip(names, types, strict=True))
+        }
+
+
+def _without_calls(values: pa.Array, rows: npt.NDArray[np.int64]) -> tuple[pa.Array, _Calls]:
+    """`values[rows]` with each step's `call` decoded in Python (`recorded_request`) and cut
+    out of its text, for Arrow to read the rest: the request (most of a call's text, as an
+    agent's conversation grows) is parsed once, not by both. A row whose `call` cannot be read
+    so is left out (to the reader of one call)."""
+    kept: list[int] = []
+    lines: list[str] = []
+    found: list[tuple[str, str, str | None, str | None, str] | None] = []
+    for row, text in zip(rows.tolist(), values.take(pa.array(rows)).to_pylist(), strict=True):
+        if not _call_keys(text):
+            kept.append(row)
+            lines.append(text)
+            found.append(None)
+            continue
+        call = recorded_request(text)
+        if call is None:
+            continue
+        start, end = call[4], call[5]
+        if text[start - 1] == ",":  # `,"call":{...}` out, or `"call":{...},` when first
+            start -= 1
+        elif text[end] == ",":
+            end += 1
+        kept.append(row)
+        lines.append(text[:start] + text[end:])
+        model = call[2].get("model")
+        model = model if isinstance(model, str) else None
+        found.append((call[0], call[1], model, prompt_of(call[2]), call[3]))
+    return pa.array(lines, _LARGE), _Calls(np.array(kept, dtype=np.int64), found)
 
 
 def _fields(struct: pa.Array) -> dict[str, pa.Array]:
@@ -381,47 +439,30 @@ def _chat_tool_calls(message: dict[str, pa.Array], is_chat: pa.Array) -> pa.Arra
     return pa.array(texts, pa.large_string())
 
 
-def _requests(
-    values: pa.Array,
-    rows: npt.NDArray[np.int64],
-    recorded: pa.Array,
-    called: dict[str, pa.Array],
-    keep: npt.NDArray[np.bool_],
-) -> tuple[list[str | None], list[str | None], npt.NDArray[np.bool_]]:
-    """Each call's request as JSON text and its prompt, and whether they could be read here
-    (`recorded_request`, agreeing with Arrow's reading of the call)."""
-    size = len(rows)
-    requests: list[str | None] = [None] * size
-    prompts: list[str | None] = [None] * size
-    read = np.ones(size, dtype=bool)
-    wanted = np.flatnonzero(keep & pc.fill_null(recorded, False).to_numpy(zero_copy_only=False))
-    texts = values.take(pa.array(rows[wanted])).to_pylist()
-    taken = pa.array(wanted)
-    arrow = zip(
-        called["provider"].take(taken).to_pylist(),
-        called["method"].take(taken).to_pylist(),
-        _fields(called["request"])["model"].take(taken).to_pylist(),
-        strict=True,
-    )
-    for row, text, (provider, method, model) in zip(wanted.tolist(), texts, arrow, strict=True):
-        found = recorded_request(text)
-        if found is None or found[:2] != (provider, method) or found[2].get("model") != model:
-            read[row] = False
-            continue
-        requests[row], prompts[row] = found[3], prompt_of(found[2])
-    return requests, prompts, read
+def _call_keys(text: str) -> list[int]:
+    """Where a key `"call"` starts in a JSON text: a `"call"` followed by a colon (in a string,
+    its quotes would be escaped, `\\"call\\"`)."""
+    keys = []
+    at = text.find('"call"')
+    while at >= 0:
+        if _COLON.match(text, at + 6):
+            keys.append(at)
+        at = text.find('"call"', at + 6)
+    return keys
 
 
-def recorded_request(text: str) -> tuple[str, str, dict[str, Any], str] | None:
+def recorded_request(text: str) -> tuple[str, str, dict[str, Any], str, int, int] | None:
     """A step's `call` read from its payload's JSON text, if it is written as kassette writes
-    it: (provider, method, request, the request's JSON text as recorded), else None.
+    it: (provider, method, request, the request's JSON text as recorded, and where the `call`
+    key starts and its value ends in `text`), else None.
 
-    The `call` key must occur once (a `"call":` in a string would be `\\"call\\":`), with
-    `provider`, `method` and `request` in that order and nothing after them; the request is
-    decoded from where it starts, and its text is what the decoder read."""
-    at = text.find('"call":')
-    if at < 0 or text.find('"call":', at + 7) >= 0 or _SPACED_CALL.search(text):
+    The `call` key must occur once, with `provider`, `method` and `request` in that order and
+    nothing after them; the request is decoded from where it starts, and its text is what
+    the decoder read."""
+    keys = _call_keys(text)
+    if len(keys) != 1 or text[keys[0] + 6] != ":":
         return None
+    at = keys[0]
     opening = _CALL_OPENING.match(text, at + 7)
     if opening is None:
         return None
@@ -431,7 +472,7 @@ def recorded_request(text: str) -> tuple[str, str, dict[str, Any], str] | None:
         return None
     if not isinstance(request, dict) or text[end : end + 1] != "}":
         return None
-    return opening[1], opening[2], request, text[opening.end() : end]
+    return opening[1], opening[2], request, text[opening.end() : end], at, end + 1
 
 
 assert MAX_COUNT > _LARGEST
