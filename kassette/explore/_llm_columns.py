@@ -34,7 +34,7 @@ from kassette._codec import to_json
 from kassette._llm_calls import finish_reason, prompt_of, tool_arguments
 from kassette._model_usage import MAX_COUNT
 
-__all__ = ["Columns", "read_columns", "recorded_request"]
+__all__ = ["PART_ROWS", "Columns", "read_columns", "recorded_request"]
 
 _INT = pa.int64()
 _TEXT = pa.string()
@@ -100,6 +100,7 @@ _LIKELY = r'"object":"chat\.completion"|"type":"message"'
 _STREAM = r'^\{"stepId":"[^"\\]*","name":"[^"\\]*","result":\{"stream":'
 _CHAT, _MESSAGES = "chat.completions.create", "messages.create"
 _TEXT_BLOCKS = pa.array(["text", "input_text", "output_text"])
+PART_ROWS = 16_384  # calls read at a time
 _SMALLEST_PART = 4  # calls below which a part Arrow refuses is read call by call
 _LARGEST = 1 << 62  # a count past which sums may leave 64 bits: read call by call
 _DECODER = json.JSONDecoder()
@@ -123,11 +124,27 @@ class Columns:
 
 def read_columns(values: pa.Array, *, texts: bool = True) -> Columns:
     """The calls among `values` (step payloads' JSON text, all model-call candidates) that
-    this reader takes, read; without `texts`, only their provider, model and usage."""
+    this reader takes, read; without `texts`, only their provider, model and usage. Read
+    `PART_ROWS` calls at a time: what is held in Python at once is bounded by a part."""
     likely = np.flatnonzero(
         pc.match_substring_regex(values, _LIKELY).to_numpy(zero_copy_only=False)
         & ~pc.match_substring_regex(values, _STREAM).to_numpy(zero_copy_only=False)
     )
+    parts = [
+        _read(values, likely[at : at + PART_ROWS], texts) for at in range(0, len(likely), PART_ROWS)
+    ]
+    if not parts:
+        parts = [_read(values, likely, texts)]
+    return Columns(
+        np.concatenate([part.rows for part in parts]),
+        {name: pa.concat_arrays([part.arrays[name] for part in parts]) for name in parts[0].arrays},
+        np.concatenate([part.counts for part in parts]),
+        np.concatenate([part.priced for part in parts]),
+    )
+
+
+def _read(values: pa.Array, likely: npt.NDArray[np.int64], texts: bool) -> Columns:
+    """`read_columns` of the calls `values[likely]`."""
     lines, calls = (
         _without_calls(values, likely) if texts else (values.take(pa.array(likely)), None)
     )

@@ -18,7 +18,7 @@ import pytest
 from kassette import MemoryStorage
 from kassette import explore as kx
 from kassette._journal import encode, format_timestamp
-from kassette.explore import _llm
+from kassette.explore import _llm, _llm_columns
 from kassette.explore._llm import _candidates, llm_calls, run_totals
 from kassette.explore._llm_columns import read_columns
 
@@ -274,11 +274,7 @@ def entries() -> pa.Table:
 
 def one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `llm_calls` and `run_totals` read every call one at a time."""
-    monkeypatch.setattr(
-        _llm,
-        "read_columns",
-        lambda values, texts=True: read_columns(values.slice(0, 0), texts=texts),
-    )
+    monkeypatch.setattr(_llm, "_read_columns", read_columns_with_nothing)
 
 
 def test_the_column_reader_takes_the_common_calls(entries: pa.Table) -> None:
@@ -350,3 +346,20 @@ def test_a_nested_look_alike_of_the_call_is_not_taken_for_it() -> None:
     storage.append("r", journal([RAW[3]]), token=None)
     [row] = llm_calls(kx.load(storage).to_arrow("entries")).to_pylist()
     assert json.loads(row["request"]) == {"model": "top"}
+
+
+def read_columns_with_nothing(values: pa.Array, *, texts: bool) -> Any:
+    return read_columns(values.slice(0, 0), texts=texts)
+
+
+def test_calls_read_a_part_at_a_time_read_alike(
+    entries: pa.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts of 7 calls (of each reader) give the tables one part gives."""
+    whole, totals = llm_calls(entries), run_totals(entries, ["run-0", "run-1", "run-2"])
+    monkeypatch.setattr(_llm_columns, "PART_ROWS", 7)
+    monkeypatch.setattr(_llm, "PART_ROWS", 7)
+    assert llm_calls(entries).equals(whole)
+    again = run_totals(entries, ["run-0", "run-1", "run-2"])
+    assert np.array_equal(again[0], totals[0]) and again[1:3] == totals[1:3]
+    assert np.array_equal(again[3], totals[3], equal_nan=True)
