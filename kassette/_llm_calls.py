@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from kassette._model_responses import is_stream as _is_stream
 from kassette._model_responses import openai_response as _openai_response
 from kassette._model_responses import response_events as _response_events
 from kassette._model_responses import template as _template
+from kassette._model_streams import collapsed as _collapsed
 from kassette._model_streams import expanded as _expanded
 from kassette._model_usage import ENDED as _ENDED
 from kassette._model_usage import MAX_COUNT as MAX_COUNT
@@ -61,7 +62,10 @@ __all__ = [
     "LLMCall",
     "TokenUsage",
     "describe_response",
+    "finish_reason",
+    "prompt_of",
     "read_llm_call",
+    "read_llm_fields",
     "read_llm_result",
     "response_from_text",
     "response_method",
@@ -223,21 +227,53 @@ def tool_arguments(arguments: Any) -> Any:
     return _decoded(arguments)
 
 
+def finish_reason(reason: Any) -> str | None:
+    """A provider's finish reason (`finish_reason`, `stop_reason`) in `FINISH_REASONS`' words,
+    an unknown one as sent, None when it is no text."""
+    return _finish(reason)
+
+
+def prompt_of(request: Mapping[str, Any] | None) -> str | None:
+    """The text of the last user message of a chat, Responses or Messages request (None
+    without a request or one): `LLMCall.prompt`."""
+    return _prompt(request)
+
+
 def read_llm_call(entry: Mapping[str, Any]) -> LLMCall | None:
     """The model call a journal entry records, or None when it is not one (not a plain `step`
-    entry, or a step whose result is no provider's response and which has no `call`)."""
-    if entry.get("type") != "step" or entry.get("kind", "step") != "step":
+    entry, or a step whose result is no provider's response and which has no `call`). A
+    `kind` of null is none, as the runs and entries frames read it."""
+    if entry.get("type") != "step" or entry.get("kind") not in (None, "step"):
         return None
     return read_llm_result(entry.get("result"), entry.get("call"))
 
 
-def read_llm_result(result: Any, call: Any = None) -> LLMCall | None:
+def read_llm_fields(entry: Mapping[str, Any], text: str | None = None) -> LLMCall | None:
+    """`read_llm_call(entry)` for reading the call's fields (its model, text, tool calls,
+    usage, ...), which are the same, and not its `result`: a stream's runs of deltas are
+    joined (`kassette._model_streams.collapsed`), not written out an event each. What
+    reads a store's calls as data (`kassette.explore`) reads them so. `text`: the entry's
+    JSON text, when the caller has it (a stream with no NUL in it has no mark to look for)."""
+    if entry.get("type") != "step" or entry.get("kind") not in (None, "step"):
+        return None
+    nul_free = text is not None and "\\u0000" not in text
+    return read_llm_result(
+        entry.get("result"),
+        entry.get("call"),
+        events=functools.partial(_collapsed, nul_free=nul_free),
+    )
+
+
+def read_llm_result(
+    result: Any, call: Any = None, *, events: Callable[[Any], Any] = _expanded
+) -> LLMCall | None:
     """A step's `result` (and its `call` field, if any) read as a model call, or None.
 
     With a `call` naming a provider and a method, the step is a model call whatever its result
-    holds; without one, the result's shape decides (see the module docstring).
+    holds; without one, the result's shape decides (see the module docstring). `events`
+    writes out a stream from the journal's compact form.
     """
-    result = _expanded(result)  # a stream's events, from the journal's compact form
+    result = events(result)
     shape = _shape(result)
     recorded = call if isinstance(call, dict) else {}  # JSON: dicts (abc checks cost more)
     provider, method = recorded.get("provider"), recorded.get("method")
@@ -530,8 +566,8 @@ def _prompt(request: Mapping[str, Any] | None) -> str | None:
     messages = request.get("messages", request.get("input"))
     if isinstance(messages, str):
         return messages  # the Responses API's input given as one string
-    for message in reversed(_dicts(messages)):
-        if message.get("role") == "user":
+    for message in reversed(messages) if isinstance(messages, list) else ():
+        if isinstance(message, dict) and message.get("role") == "user":
             return _content_text(message.get("content"), "\n")
     return None
 

@@ -27,9 +27,10 @@ too.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compacted", "expanded", "is_stored_stream"]
+__all__ = ["collapsed", "compacted", "expanded", "is_stored_stream"]
 
 _SHARED = 40  # characters from which a repeated string is stored once
 _MAX_VARYING = 4  # leaves that may differ between the events of one run
@@ -52,16 +53,38 @@ def expanded(result: Any) -> Any:
     result (a plain stream included) as it is."""
     if not is_stored_stream(result) or isinstance(result["stream"], list):
         return result
-    stored = result["stream"]
+    return {"stream": _events(result["stream"], joined=False)}
+
+
+def collapsed(result: Any, *, nul_free: bool = False) -> Any:
+    """`expanded(result)` for reading a model call's fields, not its events: a run of deltas
+    that a reader of the call only concatenates (text deltas of one Anthropic content block
+    or of a chat completion's choice, tool-call argument deltas of one tool call, a Responses
+    stream's deltas) is one event whose delta is the run's joined. Every field
+    `kassette._llm_calls` reads of it is the same as of `expanded(result)`, and a stream of
+    a thousand deltas is read at the cost of a few events. `nul_free`: the caller knows no
+    string of `result` holds a NUL (its JSON text has no `\\u0000`), so none is marked."""
+    if not is_stored_stream(result) or isinstance(result["stream"], list):
+        return result
+    return {"stream": _events(result["stream"], joined=True, nul_free=nul_free)}
+
+
+def _events(stored: dict[str, Any], *, joined: bool, nul_free: bool = False) -> list[Any]:
     strings = stored.get("strings")
     table = [s for s in strings if isinstance(s, str)] if isinstance(strings, list) else []
+    # no string is marked when none holds a NUL: `repr` (a walk in C) writes one `\x00`
+    marked = bool(table) or (not nul_free and "\\x00" in repr(stored["events"]))
     events: list[Any] = []
     for item in stored["events"]:
         if isinstance(item, list) and len(item) == 4:
-            events += _run_events(item, table)
+            one = _joined_event(item, table, marked) if joined else None
+            if one is not None:
+                events.append(one)
+            else:
+                events += _run_events(item, table, marked)
         else:
-            events.append(_unmarked(item, table))
-    return {"stream": events}
+            events.append(_unmarked(item, table) if marked else item)
+    return events
 
 
 def compacted(events: list[Any]) -> dict[str, Any]:
@@ -157,18 +180,114 @@ def _run_item(events: list[Any], varying: list[int]) -> list[Any]:
     return [template, len(events), paths, columns]
 
 
-def _run_events(item: list[Any], table: list[str]) -> list[Any]:
+def _run_events(item: list[Any], table: list[str], marked: bool) -> list[Any]:
     template, count, paths, columns = item
-    template = _unmarked(template, table)
-    columns = [_unmarked(c, table) if isinstance(c, list) else c for c in columns]
+    if marked:
+        template = _unmarked(template, table)
+        columns = [_unmarked(c, table) if isinstance(c, list) else c for c in columns]
+    build = _builder(template)
+    at = [tuple(path) for path in paths]
     events = []
     for number in range(count if isinstance(count, int) else 0):
-        event = _copy(template)
-        for path, column in zip(paths, columns, strict=False):
+        event = build()
+        for path, column in zip(at, columns, strict=False):
             value = column[number] if isinstance(column, list) else column + number
-            _set(event, tuple(path), value)
+            _set(event, path, value)
         events.append(event)
     return events
+
+
+def _builder(value: Any) -> Callable[[], Any]:
+    """What makes copies of `value` (see `_copy`), fast: the copy's plan is made once for the
+    events of a run, and each container is copied in C."""
+    if isinstance(value, dict | list):
+        inner = [
+            (key, _builder(item))
+            for key, item in (value.items() if isinstance(value, dict) else enumerate(value))
+            if isinstance(item, dict | list)
+        ]
+        if not inner:
+            return value.copy
+        shallow = value.copy
+
+        def build() -> Any:
+            copied = shallow()
+            for key, make in inner:
+                copied[key] = make()
+            return copied
+
+        return build
+    return lambda: value
+
+
+def _joined_event(item: list[Any], table: list[str], marked: bool) -> dict[str, Any] | None:
+    """A run's events as one, its texts joined (see `collapsed`), or None when the run is not
+    one whose reading is a concatenation."""
+    template, count, paths, columns = item
+    if not (isinstance(template, dict) and type(count) is int and count >= 1):
+        return None
+    if not (isinstance(paths, list) and isinstance(columns, list) and len(paths) == len(columns)):
+        return None
+    if marked:
+        template = _unmarked(template, table)
+        columns = [_unmarked(c, table) if isinstance(c, list) else c for c in columns]
+    texts: list[str] | None = None
+    where: list[Any] = []
+    for path, column in zip(paths, columns, strict=True):
+        if path == ["sequence_number"] and type(column) is int:
+            continue  # a counter: no reader reads it
+        if texts is not None or not isinstance(column, list) or len(column) != count:
+            return None
+        if not all(type(text) is str for text in column):
+            return None
+        texts, where = column, path
+    if texts is None or not _concatenated(template, where):
+        return None
+    event: dict[str, Any] = _copy(template)
+    _set(event, tuple(where), "".join(texts))
+    return event
+
+
+_CHAT_DELTA_KEYS = frozenset({"content", "role", "refusal"})
+
+
+def _concatenated(template: dict[str, Any], path: list[Any]) -> bool:
+    """Whether the readers of `kassette._llm_calls` only concatenate the values at `path`
+    over events that are `template` elsewhere (so one event with them joined reads alike)."""
+    kind = template.get("type")
+    if kind == "content_block_delta":  # Anthropic: one block's text or tool input
+        delta = template.get("delta")
+        return (
+            len(path) == 2
+            and path[0] == "delta"
+            and path[1] in ("text", "partial_json")
+            and type(template.get("index", 0)) is int
+            and set(template) <= {"type", "index", "delta"}
+            and isinstance(delta, dict)
+            and set(delta) <= {"type", path[1]}
+        )
+    if isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta"):
+        return path == ["delta"] and not {"response", "item", "model", "message"} & set(template)
+    if template.get("object") != "chat.completion.chunk":
+        return False
+    choices = template.get("choices")
+    if not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)):
+        return False
+    delta = choices[0].get("delta")
+    if not isinstance(delta, dict) or "function_call" in delta:
+        return False
+    if path == ["choices", 0, "delta", "content"]:
+        return set(delta) <= _CHAT_DELTA_KEYS
+    calls = delta.get("tool_calls")
+    return (
+        path == ["choices", 0, "delta", "tool_calls", 0, "function", "arguments"]
+        and not isinstance(delta.get("content"), str)
+        and isinstance(calls, list)
+        and len(calls) == 1
+        and isinstance(calls[0], dict)
+        and type(calls[0].get("index", 0)) is int
+        and isinstance(calls[0].get("function"), dict)
+    )
 
 
 def _set(value: Any, path: Path, leaf: Any) -> None:
@@ -178,10 +297,16 @@ def _set(value: Any, path: Path, leaf: Any) -> None:
 
 
 def _copy(value: Any) -> Any:
+    """A copy of a JSON value: its containers copied, at any depth (a C-level copy of each,
+    then its containers replaced), its scalars shared."""
     if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}
+        copied = value.copy()
+        for key, item in value.items():
+            if isinstance(item, dict | list):
+                copied[key] = _copy(item)
+        return copied
     if isinstance(value, list):
-        return [_copy(item) for item in value]
+        return [_copy(item) if isinstance(item, dict | list) else item for item in value]
     return value
 
 
@@ -219,6 +344,8 @@ def _marked(value: Any, index: dict[str, int]) -> Any:
 
 
 def _unmarked(value: Any, table: list[str]) -> Any:
+    """`value` with its marked strings written out; `value` itself when it has none (most
+    events): nothing is copied that does not change."""
     if isinstance(value, str):
         if not value.startswith(_MARK):
             return value
@@ -227,7 +354,16 @@ def _unmarked(value: Any, table: list[str]) -> Any:
             return rest  # an escaped string (or a mark with no string: kept as written)
         return table[int(rest)]
     if isinstance(value, dict):
-        return {key: _unmarked(item, table) for key, item in value.items()}
+        changed: dict[str, Any] | None = None
+        for key, item in value.items():
+            if isinstance(item, str) and not item.startswith(_MARK):
+                continue
+            found = _unmarked(item, table)
+            if found is not item:
+                changed = changed if changed is not None else dict(value)
+                changed[key] = found
+        return value if changed is None else changed
     if isinstance(value, list):
-        return [_unmarked(item, table) for item in value]
+        items = [_unmarked(item, table) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value

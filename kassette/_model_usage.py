@@ -69,7 +69,7 @@ def _counts(
 
 def openai_usage(usage: Any) -> TokenUsage:
     """Chat completions' `prompt_tokens`/`completion_tokens` or the Responses API's
-    `input_tokens`/`output_tokens`, with their details."""
+    `input_tokens`/`output_tokens` (a key of null: not given), with their details."""
     if not isinstance(usage, dict):
         return TokenUsage()
     given_in = (
@@ -87,8 +87,11 @@ def openai_usage(usage: Any) -> TokenUsage:
     (given, taken, total, cached, written, reasoning), problems = _counts(
         usage,
         (
-            ("", "input_tokens" if "input_tokens" in usage else "prompt_tokens"),
-            ("", "output_tokens" if "output_tokens" in usage else "completion_tokens"),
+            ("", "input_tokens" if usage.get("input_tokens") is not None else "prompt_tokens"),
+            (
+                "",
+                "output_tokens" if usage.get("output_tokens") is not None else "completion_tokens",
+            ),
             ("", "total_tokens"),
             (given_in, "cached_tokens") if given_in else None,
             (given_in, "cache_write_tokens") if given_in else None,

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kassette import MemoryStorage, kassette
-from kassette._model_streams import compacted, expanded
+from kassette._llm_calls import read_llm_fields
+from kassette._model_streams import collapsed, compacted, expanded
 from kassette.core import read_journal, read_llm_call
 from kassette.integrations.anthropic import journaled as journaled_anthropic
 from kassette.integrations.openai import journaled as journaled_openai
@@ -212,3 +213,164 @@ def test_any_stream_of_json_events_round_trips(events: list[Any]) -> None:
     ]
     # the same text: key order, and 1, 1.0 and true told apart
     assert json.dumps(round_trip(events)) == json.dumps(kept)
+
+
+# -- collapsed: a stream's runs of deltas joined, for reading its fields ---------------------
+
+
+def fields(call: Any) -> tuple[Any, ...]:
+    assert call is not None
+    return (
+        call.provider, call.method, call.stream, call.model, call.text, call.tool_calls,
+        call.finish_reason, call.usage, call.usage.problems, call.problems, call.prompt,
+    )  # fmt: skip
+
+
+def both_ways(step: dict[str, Any]) -> tuple[Any, Any]:
+    """A step's call read with its events written out, and with its runs joined."""
+    stored = json.loads(json.dumps(step))  # as the journal gives it
+    return fields(read_llm_call(stored)), fields(read_llm_fields(stored))
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_collapsed_stream_reads_as_its_events_do(how: str) -> None:
+    """Streams of every provider through the real SDKs (text, tool calls), one long."""
+    _, step, text = streamed(how, long_answer(300))
+    written_out, joined = both_ways(step)
+    assert joined == written_out
+    assert len(collapsed(step["result"])["stream"]) < len(expanded(step["result"])["stream"]) / 5
+    if "tool" not in how:
+        assert joined[4] == text
+
+
+def _chunk(delta: dict[str, Any], **more: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": None, **more.pop("choice", {})}
+    return {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o-mini",
+            "choices": [choice], **more}  # fmt: skip
+
+
+_TEXT = st.text(max_size=4) | st.sampled_from(["\x00", "\x001", "y" * 41])
+_ODD = st.sampled_from([None, 1, True, [], {"a": 1}, 1.5, "x"])
+
+
+def _anthropic_delta(text: Any, index: Any, key: str) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": {"type": "d", key: text}}
+
+
+def _tool_delta(text: Any, index: Any, name: str | None) -> dict[str, Any]:
+    function = {"arguments": text, **({"name": name} if name else {})}
+    return _chunk({"tool_calls": [{"index": index, "function": function}]})
+
+
+def _responses_delta(text: Any, kind: str, seq: int) -> dict[str, Any]:
+    return {"type": kind, "delta": text, "sequence_number": seq}
+
+
+_USAGE = {"prompt_tokens": 3, "completion_tokens": 2}
+_DELTA = st.one_of(
+    # Anthropic: a block's text or tool input, an index that may be odd
+    st.builds(
+        _anthropic_delta,
+        _TEXT | _ODD,
+        st.sampled_from([0, 1, 0, True, None, "0"]),
+        st.sampled_from(["text", "partial_json", "text"]),
+    ),
+    # chat: content (with a role, a finish reason, a usage), or a tool call's arguments
+    st.builds(lambda text: _chunk({"content": text}), _TEXT | _ODD),
+    st.builds(lambda text, role: _chunk({"content": text, "role": role}), _TEXT, _ODD),
+    st.builds(
+        _tool_delta,
+        _TEXT | _ODD,
+        st.sampled_from([0, 1, None, True]),
+        st.sampled_from([None, "f"]),
+    ),
+    st.builds(
+        lambda text, reason: _chunk({"content": text}, choice={"finish_reason": reason}),
+        _TEXT,
+        st.sampled_from([None, "stop", "length"]),
+    ),
+    st.builds(lambda text: _chunk({"content": text}, usage=_USAGE), _TEXT),
+    # Responses: text deltas, argument deltas
+    st.builds(
+        _responses_delta,
+        _TEXT | _ODD,
+        st.sampled_from(["response.output_text.delta", "response.function_call_arguments.delta"]),
+        st.integers(0, 3),
+    ),
+)
+_STARTS = [
+    {"type": "message_start", "message": {"model": "claude-3-5-haiku-latest", "usage": {
+        "input_tokens": 5, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use",
+                                                                   "name": "weather"}},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {
+        "output_tokens": 9}},
+    {"type": "response.created", "response": {"model": "gpt-4o-mini", "output": []}},
+    {"type": "response.completed", "response": {"model": "gpt-4o-mini", "status": "completed",
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}]}},
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    first=st.lists(st.sampled_from(_STARTS), max_size=3),
+    runs=st.lists(st.tuples(_DELTA, st.integers(1, 6)), max_size=4),
+    last=st.lists(st.sampled_from(_STARTS), max_size=2),
+    call=st.sampled_from([None, {"provider": "anthropic", "method": "messages.create"},
+                          {"provider": "openai", "method": "chat.completions.create"},
+                          {"provider": "openai", "method": "responses.create"}]),
+)  # fmt: skip
+def test_any_collapsed_stream_reads_as_its_events_do(
+    first: list[Any], runs: list[tuple[Any, int]], last: list[Any], call: Any
+) -> None:
+    """Runs of alike deltas (texts, odd values, odd indexes, their neighbours) among other
+    events, compacted: reading them joined gives every field reading each gives."""
+    events = [*first]
+    for delta, times in runs:
+        for number in range(times):  # a delta whose texts vary along the run, as they do
+            events.append(json.loads(json.dumps(delta)))
+            if isinstance(text := _leaf(events[-1]), str):
+                _set_leaf(events[-1], f"{text}{number}")
+    events += last
+    step: dict[str, Any] = {"type": "step", "result": {"stream": compacted(events)}}
+    if call is not None:
+        step["call"] = call
+    text = json.dumps(step)
+    stored = json.loads(text)
+    written_out = read_llm_call(stored)
+    for joined in (read_llm_fields(stored), read_llm_fields(stored, text)):  # NULs looked for
+        assert (written_out is None) == (joined is None)
+        if written_out is not None:
+            assert fields(joined) == fields(written_out)
+
+
+_LEAVES = (("delta", "text"), ("delta", "partial_json"), ("delta",))
+
+
+def _leaf(event: dict[str, Any]) -> Any:
+    if event.get("object") == "chat.completion.chunk":
+        delta = event["choices"][0]["delta"]
+        calls = delta.get("tool_calls")
+        return calls[0]["function"]["arguments"] if calls else delta.get("content")
+    for path in _LEAVES:
+        value: Any = event
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    return None
+
+
+def _set_leaf(event: dict[str, Any], text: str) -> None:
+    if event.get("object") == "chat.completion.chunk":
+        delta = event["choices"][0]["delta"]
+        if delta.get("tool_calls"):
+            delta["tool_calls"][0]["function"]["arguments"] = text
+        else:
+            delta["content"] = text
+    elif isinstance(event.get("delta"), dict):
+        key = "text" if "text" in event["delta"] else "partial_json"
+        event["delta"][key] = text
+    else:
+        event["delta"] = text

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from kassette._extras import requires
 from kassette._llm_calls import TokenUsage
 
-__all__ = ["call_costs", "unpriced_reason"]
+__all__ = ["call_costs", "column_costs", "unpriced_reason"]
 
 Counts = tuple[int, int, int, int, int]  # input, cache read, cache write, output, reasoning
 _KINDS = (
@@ -51,6 +55,38 @@ def call_costs(calls: Sequence[tuple[str | None, str | None, TokenUsage]]) -> li
         else:
             price = _pricing(provider, model)
             costs.append(None if price is None else price(_counts(usage)))
+    return costs
+
+
+def column_costs(
+    providers: Sequence[str | None], models: Sequence[str | None], counts: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """`call_costs` of calls given column-wise: `counts` has a row per call of its `Counts`
+    (every call has its input and output tokens and no usage problem), priced a model at a
+    time; NaN where the cost is unknown. The same figures as `call_costs`, to the bit: the
+    same products summed in the same order."""
+    costs = np.full(len(models), np.nan)
+    groups: dict[tuple[str | None, str], list[int]] = {}
+    for row, (provider, model) in enumerate(zip(providers, models, strict=True)):
+        if model is not None:
+            groups.setdefault((provider, model), []).append(row)
+    for (provider, model), found in groups.items():
+        price = _pricing(provider, model)
+        if price is None:
+            continue
+        rows = np.array(found, dtype=np.int64)
+        mine = counts[rows]
+        linear = (
+            np.ones(len(rows), dtype=bool)
+            if price.first_tier is None
+            else mine[:, 0] < price.first_tier
+        )
+        total = np.zeros(int(linear.sum()))
+        for kind, rate in enumerate(price.per_token):
+            total = total + rate * mine[linear, kind].astype(np.float64)
+        costs[rows[linear]] = total
+        for row, usage in zip(rows[~linear].tolist(), mine[~linear].tolist(), strict=True):
+            costs[row] = price(tuple(usage))
     return costs
 
 
@@ -80,8 +116,27 @@ def _counts(usage: TokenUsage) -> Counts:
     )
 
 
+@dataclass
+class _Price:
+    """A model's price: `per_token` (a rate per token kind, `_KINDS`' order) below
+    `first_tier` input tokens (None: no tier; 0: not linear, every usage is asked of the
+    database through `exact`)."""
+
+    per_token: list[float]
+    first_tier: int | None
+    exact: Callable[[Counts], Decimal]
+    memo: dict[Counts, float] = field(default_factory=dict)
+
+    def __call__(self, counts: Counts) -> float:
+        if self.first_tier is None or counts[0] < self.first_tier:
+            return sum(rate * count for rate, count in zip(self.per_token, counts, strict=True))
+        if counts not in self.memo:
+            self.memo[counts] = float(self.exact(counts))
+        return self.memo[counts]
+
+
 @functools.cache
-def _pricing(provider: str | None, model: str) -> Callable[[Counts], float] | None:
+def _pricing(provider: str | None, model: str) -> _Price | None:
     """How to price a usage of `model` (None for a model the database does not know)."""
     price_of = functools.partial(_database_price, provider, model)
     try:
@@ -103,17 +158,7 @@ def _pricing(provider: str | None, model: str) -> Callable[[Counts], float] | No
         first_tier: int | None = 0
     else:
         first_tier = min(_tier_starts(provider, model), default=None)
-    memo: dict[Counts, float] = {}
-    per_token = [float(rate) for rate in linear]
-
-    def price(counts: Counts) -> float:
-        if first_tier is None or counts[0] < first_tier:
-            return sum(rate * count for rate, count in zip(per_token, counts, strict=True))
-        if counts not in memo:
-            memo[counts] = float(price_of(counts))
-        return memo[counts]
-
-    return price
+    return _Price([float(rate) for rate in linear], first_tier, price_of)
 
 
 def _dot(rates: list[Decimal], counts: Counts) -> Decimal:

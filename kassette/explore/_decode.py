@@ -495,7 +495,7 @@ def _python_entries(run_id: str, data: bytes) -> pa.Table:
         columns["duration_ms"].append(_number(entry.get("durationMs")))
         columns["edited"].append(entry.get("edited") is True)
         payload = {key: value for key, value in entry.items() if key not in ENVELOPE}
-        columns["value"].append(to_json(payload))
+        columns["value"].append(_json_text(payload))
     return pa.table(columns, schema=_READ_ENTRY_SCHEMA)
 
 
@@ -591,7 +591,7 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
             pa.string(),
         ),
         pa.array(
-            [json_text(s.params) if s.params else _EMPTY for s in states],
+            [_json_text(s.params) if s.params else _EMPTY for s in states],
             pa.large_string(),
         ),
         pa.array([_json_of(s.input, s.created_offset) for s in states], pa.large_string()),
@@ -650,10 +650,13 @@ def _unchanging_start(state: RunState, value: str) -> bool:
 
 
 def _json_of(value: Any, recorded_at: int | None) -> str | None:
-    """`value` as JSON text, if the entry that records it exists (a foreign writer's NaN too):
-    `to_json`'s text (a value decoded from JSON holds no cycle, and is not too deep)."""
-    if recorded_at is None:
-        return None
+    """`value` as JSON text, if the entry that records it exists (a foreign writer's NaN too)."""
+    return None if recorded_at is None else _json_text(value)
+
+
+def _json_text(value: Any) -> str:
+    """`value` as JSON text, `to_json`'s (`json_text`: a value decoded from JSON holds no
+    cycle and is not too deep); a foreign writer's NaN or infinity as JSON readers spell it."""
     try:
         return json_text(value)
     except ValueError:

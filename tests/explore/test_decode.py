@@ -396,3 +396,18 @@ def test_payload_starts_are_found_where_the_envelope_is_canonical(lines: list[by
         closing = [start + match.end() - 1 for start, match in zip(starts, matches, strict=True)]
         before = [at if batch.data[at] == ord(",") else at - 1 for at in closing]
         assert found.tolist() == before
+
+
+def test_a_foreign_writers_nan_in_params_input_and_result_loads() -> None:
+    """The runs table writes a foreign writer's NaN back as JSON readers spell it, as the
+    entries' `value` does, in params too."""
+    lines = (
+        b'{"type":"start","session":1,"offset":0,"timestamp":"2026-01-01T00:00:00Z",'
+        b'"params":{"t":NaN},"metadata":[Infinity]}\n'
+        b'{"type":"complete","session":1,"offset":1,"timestamp":"2026-01-01T00:00:01Z",'
+        b'"result":NaN}\n'
+    )
+    storage = MemoryStorage()
+    storage.append("r", lines, token=None)
+    row = kx.load(storage).to_arrow("runs").to_pylist()[0]
+    assert (row["params"], row["input"], row["result"]) == ('{"t":NaN}', "[Infinity]", "NaN")

@@ -409,6 +409,18 @@ def test_fast_and_general_paths_give_the_same_table(scenario: Scenario) -> None:
     assert fast.equals(general_path(scenario.storage, sorted(RUNS)))
 
 
+def test_a_foreign_writers_nan_loads_on_either_path() -> None:
+    """A NaN in a payload (kassette's reader reads it, as JSON readers do) loads whether the
+    line is in canonical form or not: it raised ValueError on the general path."""
+    canonical = b'{"type":"step","session":1,"offset":0,"timestamp":"2026-01-01T00:00:00Z",'
+    line = b'"stepId":"s","name":"s","result":{"t":NaN}}\n'
+    storage = MemoryStorage()
+    storage.append("canonical", canonical + line, token=None)
+    storage.append("other", canonical.replace(b"{", b"{ ", 1) + line, token=None)
+    values = kx.load(storage).to_arrow().column("value").to_pylist()
+    assert values == ['{"stepId":"s","name":"s","result":{"t":NaN}}'] * 2
+
+
 def test_lines_in_another_form_take_the_general_path(scenario: Scenario) -> None:
     reordered = MemoryStorage()
     for run_id in ("single", "failed"):

@@ -14,6 +14,7 @@ from kassette import MemoryStorage
 from kassette import explore as kx
 from kassette._llm_calls import read_llm_result
 from tests.explore.test_llm_calls import chat, database_cost, journal, step
+from tests.explore.test_llm_columns import one_by_one
 
 GOOD_USAGE = {"prompt_tokens": 100, "completion_tokens": 10}
 
@@ -195,6 +196,7 @@ def test_a_response_no_reader_foresaw_is_a_flagged_row_not_an_error(
         return real(result)
 
     monkeypatch.setitem(model_calls._READERS, ("openai", "chat.completions.create"), brittle)
+    one_by_one(monkeypatch)  # the column reader reads no chat completion with a reader
     calls, runs = read(store_with(chat("x", "explodes", GOOD_USAGE)))
     bad = calls.loc[("hostile", "bad")]
     assert "the response could not be read (KeyError: 'boom')" in bad["notes"]
