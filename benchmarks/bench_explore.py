@@ -280,6 +280,8 @@ def load_ratio(directory: Path, repeats: int) -> dict[str, float]:
         "load": min(loads),
         "floor": min(floors),
         "ratio": statistics.median(ratios),
+        "low": min(ratios),
+        "high": max(ratios),
         "totals": min(totals),
         "totals_ratio": statistics.median(t / f for t, f in zip(totals, floors, strict=True)),
     }
@@ -305,8 +307,8 @@ def load_figures(root: Path, runs: int, repeats: int) -> bool:
         print(f"{name:12} {runs} runs x {what}, {size / 1e6:.0f} MB")
         print(
             f"  kx.load    {found['ratio']:8.2f} x the floor (kx.load {found['load']:.2f} s, "
-            f"read+join+read_json {found['floor']:.2f} s; median of {repeats}; "
-            f"target <= {LOAD_TARGET})"
+            f"read+join+read_json {found['floor']:.2f} s; median of {repeats}, "
+            f"{found['low']:.2f}-{found['high']:.2f}; target <= {LOAD_TARGET})"
         )
         print(
             f"  totals     {found['totals_ratio']:8.2f} x the floor (the runs frame's model-call "
