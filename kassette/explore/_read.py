@@ -17,7 +17,14 @@ import pyarrow.compute as pc
 from kassette._lineage import creation_order
 from kassette.errors import RunNotFoundError
 from kassette.explore._decode import Batch
-from kassette.storage import Storage, check_exists, open_storage
+from kassette.storage import (
+    LocalStorage,
+    MemoryStorage,
+    S3Storage,
+    Storage,
+    check_exists,
+    open_storage,
+)
 
 __all__ = [
     "BATCH_BYTES",
@@ -35,6 +42,7 @@ BATCH_BYTES = 64 << 20  # journal bytes decoded at a time
 # what `load` decodes at a time: a batch's several passes over its bytes stay in the CPU's
 # cache (a 10,000-run load takes a sixth less time than in batches of BATCH_BYTES)
 LOAD_BATCH_BYTES = 16 << 20
+_THREAD_SAFE = (LocalStorage, MemoryStorage, S3Storage)  # read ahead by `load`
 
 
 def existing_storage(storage_or_url: Storage | str | os.PathLike[str]) -> Storage:
@@ -83,8 +91,11 @@ def unique_run_ids(run_ids: Iterable[str] | None) -> list[str] | None:
 
 
 def batches_to_load(storage: Storage, run_ids: list[str] | None) -> Generator[Batch, None, None]:
-    """What `load` decodes: `read_batches` of `LOAD_BATCH_BYTES`, read ahead."""
-    return read_ahead(read_batches(storage, run_ids, batch_bytes=LOAD_BATCH_BYTES))
+    """What `load` decodes: `read_batches` of `LOAD_BATCH_BYTES`, read ahead from a storage of
+    kassette's own, which may be read from another thread (another storage, say one on an
+    SQLite connection, may not: it is read on the caller's thread)."""
+    batches = read_batches(storage, run_ids, batch_bytes=LOAD_BATCH_BYTES)
+    return read_ahead(batches) if isinstance(storage, _THREAD_SAFE) else batches
 
 
 def read_ahead(batches: Iterator[Batch]) -> Generator[Batch, None, None]:
@@ -112,7 +123,7 @@ def read_batches(
     skipped: Callable[[str], None] | None = None,
     batch_bytes: int | None = None,
     missing_ok: bool = False,
-) -> Iterator[Batch]:
+) -> Generator[Batch, None, None]:
     """The journals of `run_ids` (None: every run, in run id order) in batches of about
     `batch_bytes` bytes (default `BATCH_BYTES`).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -509,6 +510,40 @@ def test_batches_split_a_large_store(scenario: Scenario, monkeypatch: pytest.Mon
     assert len(batches) > 2
     loaded = kx.load(scenario.storage).to_arrow()
     assert loaded.equals(whole) and loaded.column("run_id").num_chunks > 2
+
+
+class ThreadNoting:
+    """A storage of one's own, over a MemoryStorage: which threads read it."""
+
+    def __init__(self, storage: MemoryStorage) -> None:
+        self.storage, self.threads = storage, set[int]()
+
+    def read(self, run_id: str) -> Any:
+        self.threads.add(threading.get_ident())
+        return self.storage.read(run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.storage, name)
+
+
+def test_only_kassettes_own_storages_are_read_in_another_thread(scenario: Scenario) -> None:
+    """A storage of one's own may not be readable from another thread (one on an SQLite
+    connection): `load` reads it on the caller's thread, and kassette's own ahead."""
+    own = ThreadNoting(scenario.storage)  # type: ignore[arg-type]
+    expected = kx.load(scenario.storage).to_arrow()
+    assert kx.load(own).to_arrow().equals(expected)  # type: ignore[arg-type]
+    assert own.threads == {threading.get_ident()}
+    read: set[int] = set()
+    original = MemoryStorage.read
+
+    def noted(storage: MemoryStorage, run_id: str) -> Any:
+        read.add(threading.get_ident())
+        return original(storage, run_id)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MemoryStorage, "read", noted)
+        assert kx.load(scenario.storage).to_arrow().equals(expected)
+    assert threading.get_ident() not in read
 
 
 def test_read_ahead_yields_the_batches_and_raises_where_they_would() -> None:
