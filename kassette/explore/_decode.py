@@ -121,6 +121,7 @@ _EVENT_TYPES = pa.array(["suspend", "resume"], pa.string())
 _TERMINAL = pa.array(sorted(TERMINAL_TYPES), pa.string())
 _EVENT_KINDS = frozenset({"suspend", "resume"})
 _EMPTY = to_json({})  # the `params` of a run whose start records none
+_NOTHING_YET = RunState()  # a run before its first entry (immutable: one for every run)
 # what json.loads runs once past its checks, for a text known to hold one JSON value
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _SCAN_WINDOW = 1 << 22  # bytes searched for newlines at a time
@@ -538,7 +539,7 @@ def _runs(entries: pa.Table, run_ids: Sequence[str], count: IntArray) -> pa.Tabl
         session_column = entries.column("session").to_numpy()
         sessions[present] = np.maximum.reduceat(session_column, first[present])
         steps[present] = np.add.reduceat(is_step.astype(np.int64), first[present])
-    states = [RunState() for _ in run_ids]
+    states = [_NOTHING_YET] * len(run_ids)
     first_starts: list[Any] = [None] * len(run_ids)
     folded = _folded(entries, first, is_step)
     for run, kind, offset, value, step_id in zip(*folded, strict=True):
