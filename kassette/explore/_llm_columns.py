@@ -34,7 +34,7 @@ from kassette._codec import to_json
 from kassette._llm_calls import finish_reason, prompt_of, tool_arguments
 from kassette._model_usage import MAX_COUNT
 
-__all__ = ["PART_ROWS", "Columns", "read_columns", "recorded_request"]
+__all__ = ["PART_ROWS", "REFUSED_PARSES", "Columns", "read_columns", "recorded_request"]
 
 _INT = pa.int64()
 _TEXT = pa.string()
@@ -101,6 +101,7 @@ _STREAM = r'^\{"stepId":"[^"\\]*","name":"[^"\\]*","result":\{"stream":'
 _CHAT, _MESSAGES = "chat.completions.create", "messages.create"
 _TEXT_BLOCKS = pa.array(["text", "input_text", "output_text"])
 PART_ROWS = 16_384  # calls read at a time
+REFUSED_PARSES = 2  # how many parses of a part the parts Arrow refuses may cost
 _SMALLEST_PART = 4  # calls below which a part Arrow refuses is read call by call
 _LARGEST = 1 << 62  # a count past which sums may leave 64 bits: read call by call
 _DECODER = json.JSONDecoder()
@@ -237,16 +238,19 @@ def _usage(
 
 
 def _parsed(
-    lines: pa.Array, rows: npt.NDArray[np.int64] | None = None
+    lines: pa.Array, rows: npt.NDArray[np.int64] | None = None, spare: list[int] | None = None
 ) -> list[tuple[npt.NDArray[np.int64], pa.Table]]:
     """`lines[rows]` (JSON texts; all of them by default) read by Arrow, in parts: a part Arrow
     refuses is halved until the rows it refuses are left to the reader of one call (they are
-    in no part)."""
+    in no part). `spare`: the bytes that parts refused may still cost (`REFUSED_PARSES` times
+    the whole at first), so that many odd calls scattered over a store cost a few parses of it
+    at most, then go to the reader of one call."""
     rows = np.arange(len(lines)) if rows is None else rows
     if not len(rows):
         return []
     joined = pc.binary_join_element_wise(lines.take(pa.array(rows)), _NOTHING, _NEWLINE)
     size = int(pc.sum(pc.binary_length(joined)).as_py())
+    spare = [REFUSED_PARSES * size] if spare is None else spare
     longest = int(pc.max(pc.binary_length(joined)).as_py())
     options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
     try:
@@ -256,10 +260,11 @@ def _parsed(
             parse_options=_OPTIONS,
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        if len(rows) <= _SMALLEST_PART:
+        spare[0] -= size
+        if len(rows) <= _SMALLEST_PART or spare[0] < 0:
             return []
         half = len(rows) // 2
-        return _parsed(lines, rows[:half]) + _parsed(lines, rows[half:])
+        return _parsed(lines, rows[:half], spare) + _parsed(lines, rows[half:], spare)
     return [(rows, table)] if table.num_rows == len(rows) else []
 
 
