@@ -67,8 +67,8 @@ def llm_calls(entries: pa.Table) -> pa.Table:
     rows = []
     order = []
     names = ("run_id", "offset", "step_id", "duration_ms", "copied")
-    for row, (run_id, offset, step_id, duration, copied, value), call in _model_calls(
-        steps, (*names, "value"), _others(len(steps), read.rows)
+    for row, (run_id, offset, step_id, duration, copied), call, value in _model_calls(
+        steps, names, _others(len(steps), read.rows)
     ):
         try:
             found = _row(call, value)
@@ -196,7 +196,7 @@ def run_totals(entries: pa.Table, run_ids: list[str]) -> tuple[Any, ...]:
     spent[~read.priced] = np.nan
     costs: list[Any] = spent.tolist()
     priced = []
-    for _, (run_id,), call in _model_calls(steps, ("run_id",), _others(len(steps), read.rows)):
+    for _, (run_id,), call, _ in _model_calls(steps, ("run_id",), _others(len(steps), read.rows)):
         row = index[run_id]
         try:
             usage, model = call.usage, call.model
@@ -265,9 +265,9 @@ def _others(size: int, read: npt.NDArray[np.int64]) -> list[int]:
 
 def _model_calls(
     steps: pa.Table, names: tuple[str, ...], rows: list[int]
-) -> Iterator[tuple[int, tuple[Any, ...], LLMCall]]:
-    """For each of `rows` of `steps` that is a model call: its row, its columns `names` and
-    the call, read by `kassette._llm_calls`."""
+) -> Iterator[tuple[int, tuple[Any, ...], LLMCall, str]]:
+    """For each of `rows` of `steps` that is a model call: its row, its columns `names`, the
+    call, read by `kassette._llm_calls`, and its JSON text."""
     for at in range(0, len(rows), PART_ROWS):  # a part's values in Python at a time
         part = rows[at : at + PART_ROWS]
         taken = steps.take(pa.array(part, pa.int64()))
@@ -283,4 +283,4 @@ def _model_calls(
                 else None
             )
             if call is not None:
-                yield row, tuple(fields), call
+                yield row, tuple(fields), call, value

@@ -34,7 +34,7 @@ from kassette._codec import to_json
 from kassette._llm_calls import finish_reason, prompt_of, tool_arguments
 from kassette._model_usage import MAX_COUNT
 
-__all__ = ["PART_ROWS", "Columns", "read_columns", "recorded_request"]
+__all__ = ["PART_ROWS", "REFUSED_PARSES", "Columns", "read_columns", "recorded_request"]
 
 _INT = pa.int64()
 _TEXT = pa.string()
@@ -101,6 +101,7 @@ _STREAM = r'^\{"stepId":"[^"\\]*","name":"[^"\\]*","result":\{"stream":'
 _CHAT, _MESSAGES = "chat.completions.create", "messages.create"
 _TEXT_BLOCKS = pa.array(["text", "input_text", "output_text"])
 PART_ROWS = 16_384  # calls read at a time
+REFUSED_PARSES = 2  # how many parses of a part the parts Arrow refuses may cost
 _SMALLEST_PART = 4  # calls below which a part Arrow refuses is read call by call
 _LARGEST = 1 << 62  # a count past which sums may leave 64 bits: read call by call
 _DECODER = json.JSONDecoder()
@@ -158,15 +159,7 @@ def _read(values: pa.Array, likely: npt.NDArray[np.int64], texts: bool) -> Colum
     if calls is not None:  # the calls decoded in Python; one Arrow saw is one not decoded
         unseen = pc.is_null(called["provider"]).to_numpy(zero_copy_only=False)
         called = calls.columns(at)
-    anthropic = pc.and_kleene(
-        pc.and_kleene(pc.is_null(field["object"]), pc.equal(field["type"], "message")),
-        pc.equal(field["role"], "assistant"),
-    )
-    shape_provider = pc.if_else(
-        pc.fill_null(pc.equal(field["object"], "chat.completion"), False),
-        "openai",
-        pc.if_else(pc.fill_null(anthropic, False), "anthropic", pa.scalar(None, _TEXT)),
-    )
+    shape_provider = _shape_provider(field)
     recorded = pc.and_(pc.is_valid(called["provider"]), pc.is_valid(called["method"]))
     step = pc.fill_null(pc.equal(table.column("kind").combine_chunks(), "step"), True)
     # the call's own word names the provider; a result shaped like another's is read leniently
@@ -177,32 +170,8 @@ def _read(values: pa.Array, likely: npt.NDArray[np.int64], texts: bool) -> Colum
         ),
     )
     is_chat = pc.fill_null(pc.equal(shape_provider, "openai"), False)
-    usage = _fields(field["usage"])
-    chat_usage, anthropic_usage = _chat_usage(usage), _anthropic_usage(usage)
-    pick = is_chat.to_numpy(zero_copy_only=False)
-    counts = np.where(pick[:, None], chat_usage[0], anthropic_usage[0])
-    known = np.where(pick[:, None], chat_usage[1], anthropic_usage[1])
-    takes_np = takes.to_numpy(zero_copy_only=False)
-    # a usage `kassette._model_usage` notes a problem of, or reads by other keys, is its to read
-    plain = (counts >= 0).all(axis=1) & (counts < _LARGEST).all(axis=1)
-    cached = counts[:, 1] + counts[:, 2]
-    plain &= ~known[:, 0] | (cached <= counts[:, 0])
-    plain &= ~(known[:, 3] & known[:, 4]) | (counts[:, 4] <= counts[:, 3])
-    # in a chat completion, the Responses API's usage keys: `openai_usage` reads those instead
-    other_keys = functools.reduce(
-        pc.or_,
-        [
-            pc.is_valid(usage[key])
-            for key in (
-                "input_tokens",
-                "output_tokens",
-                "input_tokens_details",
-                "output_tokens_details",
-            )
-        ],
-    ).to_numpy(zero_copy_only=False)
-    plain &= ~(pick & other_keys)
-    keep = takes_np & plain
+    counts, known, plain = _usage(_fields(field["usage"]), is_chat.to_numpy(zero_copy_only=False))
+    keep = takes.to_numpy(zero_copy_only=False) & plain
     if calls is not None:
         keep &= unseen
     arrays: dict[str, pa.Array] = {
@@ -234,17 +203,54 @@ def _read(values: pa.Array, likely: npt.NDArray[np.int64], texts: bool) -> Colum
     )
 
 
+def _shape_provider(field: dict[str, pa.Array]) -> pa.Array:
+    """The provider whose response each result is shaped as (`_shape`), null for neither: a
+    chat completion or an Anthropic assistant message."""
+    anthropic = pc.and_kleene(
+        pc.and_kleene(pc.is_null(field["object"]), pc.equal(field["type"], "message")),
+        pc.equal(field["role"], "assistant"),
+    )
+    return pc.if_else(
+        pc.fill_null(pc.equal(field["object"], "chat.completion"), False),
+        "openai",
+        pc.if_else(pc.fill_null(anthropic, False), "anthropic", pa.scalar(None, _TEXT)),
+    )
+
+
+def _usage(
+    usage: dict[str, pa.Array], is_chat: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Each call's counts (input, cache read, cache write, output, reasoning, total) and which
+    it reports, as `kassette._model_usage` reads them, and whether that reading has nothing to
+    note (else the call is the one-call reader's: a negative count, more cached than input
+    tokens, and in a chat completion the Responses API's keys, which it reads instead)."""
+    chat, anthropic = _chat_usage(usage), _anthropic_usage(usage)
+    counts = np.where(is_chat[:, None], chat[0], anthropic[0])
+    known = np.where(is_chat[:, None], chat[1], anthropic[1])
+    plain = (counts >= 0).all(axis=1) & (counts < _LARGEST).all(axis=1)
+    cached = counts[:, 1] + counts[:, 2]
+    plain &= ~known[:, 0] | (cached <= counts[:, 0])
+    plain &= ~(known[:, 3] & known[:, 4]) | (counts[:, 4] <= counts[:, 3])
+    other = ("input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details")
+    other_keys = functools.reduce(pc.or_, [pc.is_valid(usage[key]) for key in other])
+    plain &= ~(is_chat & other_keys.to_numpy(zero_copy_only=False))
+    return counts, known, plain
+
+
 def _parsed(
-    lines: pa.Array, rows: npt.NDArray[np.int64] | None = None
+    lines: pa.Array, rows: npt.NDArray[np.int64] | None = None, spare: list[int] | None = None
 ) -> list[tuple[npt.NDArray[np.int64], pa.Table]]:
     """`lines[rows]` (JSON texts; all of them by default) read by Arrow, in parts: a part Arrow
     refuses is halved until the rows it refuses are left to the reader of one call (they are
-    in no part)."""
+    in no part). `spare`: the bytes that parts refused may still cost (`REFUSED_PARSES` times
+    the whole at first), so that many odd calls scattered over a store cost a few parses of it
+    at most, then go to the reader of one call."""
     rows = np.arange(len(lines)) if rows is None else rows
     if not len(rows):
         return []
     joined = pc.binary_join_element_wise(lines.take(pa.array(rows)), _NOTHING, _NEWLINE)
     size = int(pc.sum(pc.binary_length(joined)).as_py())
+    spare = [REFUSED_PARSES * size] if spare is None else spare
     longest = int(pc.max(pc.binary_length(joined)).as_py())
     options = pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest))
     try:
@@ -254,10 +260,11 @@ def _parsed(
             parse_options=_OPTIONS,
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        if len(rows) <= _SMALLEST_PART:
+        spare[0] -= size
+        if len(rows) <= _SMALLEST_PART or spare[0] < 0:
             return []
         half = len(rows) // 2
-        return _parsed(lines, rows[:half]) + _parsed(lines, rows[half:])
+        return _parsed(lines, rows[:half], spare) + _parsed(lines, rows[half:], spare)
     return [(rows, table)] if table.num_rows == len(rows) else []
 
 

@@ -267,6 +267,12 @@ def store(copies: int = 3) -> MemoryStorage:
     return storage
 
 
+@pytest.fixture(autouse=True)
+def bisect_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every odd call above isolated, however many: the store is odd by design."""
+    monkeypatch.setattr(_llm_columns, "REFUSED_PARSES", 1000)
+
+
 @pytest.fixture(scope="module")
 def entries() -> pa.Table:
     return kx.load(store()).to_arrow("entries")
@@ -363,3 +369,31 @@ def test_calls_read_a_part_at_a_time_read_alike(
     again = run_totals(entries, ["run-0", "run-1", "run-2"])
     assert np.array_equal(again[0], totals[0]) and again[1:3] == totals[1:3]
     assert np.array_equal(again[3], totals[3], equal_nan=True)
+
+
+def test_many_odd_calls_cost_a_few_parses_then_go_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store where every fourth call is one Arrow refuses: the parts it refuses cost at most
+    `REFUSED_PARSES` parses of the whole, and every row is still read alike."""
+    monkeypatch.setattr(_llm_columns, "REFUSED_PARSES", 2)
+    good = json.dumps({"stepId": "g", "name": "g", "result": chat(), "call": OPENAI})
+    odd = json.dumps({"stepId": "o", "name": "o", "result": chat(model=7), "call": OPENAI})
+    storage = MemoryStorage()
+    storage.append("r", journal(([good] * 3 + [odd]) * 64), token=None)
+    entries = kx.load(storage).to_arrow("entries")
+    values = _candidates(entries).column("value").combine_chunks()
+    parsed: list[int] = []
+    real = _llm_columns.pa_json.read_json
+
+    def counted(source: Any, **options: Any) -> Any:
+        parsed.append(source.size())
+        return real(source, **options)
+
+    monkeypatch.setattr(_llm_columns.pa_json, "read_json", counted)
+    read_columns(values)
+    whole = parsed[0]
+    assert sum(parsed) <= (1 + 2) * whole + len(parsed)  # newline rounding
+    fast = llm_calls(entries)
+    one_by_one(monkeypatch)
+    assert fast.equals(llm_calls(entries))
