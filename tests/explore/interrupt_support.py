@@ -117,7 +117,7 @@ def executor_for(mode: str) -> Executor | None:
             n_workers=2,
             threads_per_worker=2,
             processes=False,
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",  # None still serves on 8787: two clusters clash
         )
         return Client(cluster).get_executor()  # type: ignore[no-any-return]
     return None

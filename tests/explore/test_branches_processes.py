@@ -84,7 +84,7 @@ def dask_client() -> Iterator[Any]:
         threads_per_worker=4,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # None still serves on 8787: two clusters clash
         silence_logs=logging.ERROR,
     )
     client = distributed.Client(cluster)
