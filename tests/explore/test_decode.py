@@ -211,32 +211,31 @@ def test_the_runs_fold_agrees_with_reduce_run(runs: list[list[dict[str, Any]]]) 
 def test_a_later_start_whose_source_key_is_escaped_is_read() -> None:
     """`"\\u0073ource"` is `source` to a JSON reader: a start whose text has an escape is
     decoded, never judged by its text."""
-    first = journal([_start("v1", None, {}, None)])
-    later = (
+    row = run_after_a_start(
         b'{"type":"start","session":1,"offset":1,"timestamp":"2026-01-01T00:00:01.000Z",'
         b'"\\u0073ource":{"runId":"src","fromOffset":0},"metadata":{}}\n'
     )
-    storage = MemoryStorage()
-    storage.append("r", first + later, token=None)
-    assert _decode._fast_entries(batch_of((first + later).split(b"\n")[:-1])) is not None
-    row = kx.load(storage).runs.iloc[0]
     assert row["parent_run_id"] == "src" and row["fork_offset"] == 0
-    assert loaded_rows(storage)["r"] == expected_row(storage, "r")
 
 
 def test_a_suspend_whose_step_id_key_is_escaped_is_read() -> None:
     """`"\\u0073tepId"` is `stepId`: the suspend's `step_id` is then not its event's id."""
-    first = journal([_start("v1", None, {}, None)])
-    later = (
+    row = run_after_a_start(
         b'{"type":"suspend","session":1,"offset":1,"timestamp":"2026-01-01T00:00:01.000Z",'
         b'"\\u0073tepId":"other","eventId":"a","event":"a"}\n'
     )
+    assert list(row["pending_events"]) == ["a"]
+
+
+def run_after_a_start(later: bytes) -> Any:
+    """The runs row of a run of a start and the line `later`, read by the fast path, and the
+    row kassette's own reader gives it."""
+    first = journal([_start("v1", None, {}, None)])
     storage = MemoryStorage()
     storage.append("r", first + later, token=None)
     assert _decode._fast_entries(batch_of((first + later).split(b"\n")[:-1])) is not None
-    row = kx.load(storage).runs.iloc[0]
-    assert list(row["pending_events"]) == ["a"]
     assert loaded_rows(storage)["r"] == expected_row(storage, "r")
+    return kx.load(storage).runs.iloc[0]
 
 
 # -- the whole-batch checks ---------------------------------------------------------------------
