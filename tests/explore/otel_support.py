@@ -11,9 +11,13 @@ fan.0-4     a 5-branch fan-out of `source` at the draft, params temperature 0.0-
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
+from google.protobuf import json_format
 from openai import OpenAI
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from kassette import Storage, kassette
 from kassette import explore as kx
@@ -84,3 +88,19 @@ def attrs(item: Any) -> dict[str, Any]:
             value = [getattr(v, v.WhichOneof("value")) for v in value.values]
         found[kv.key] = value
     return found
+
+
+def parse_line(text: str) -> ExportTraceServiceRequest:
+    """`json_format.Parse` of an OTLP/JSON line (refusing unknown fields), its hex ids turned
+    into protobuf JSON's base64 first."""
+    found = json.loads(text)
+    for resource in found["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope.get("spans", []):
+                for item in (span, *span.get("links", [])):
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if key in item:
+                            raw = bytes.fromhex(item[key])
+                            assert len(raw) in (8, 16), item[key]
+                            item[key] = base64.b64encode(raw).decode()
+    return json_format.Parse(json.dumps(found), ExportTraceServiceRequest())

@@ -1,15 +1,15 @@
 """Journals as OpenTelemetry traces (issue 22): `kx.to_otlp`, `kx.export(format="otlp")`.
 
-`traces.jsonl` is read back through the official protobuf messages (`json_format.ParseDict`
-into `ExportTraceServiceRequest`, refusing unknown fields, after turning OTLP/JSON's hex ids
-into the bytes protobuf holds) and checked field by field against docs/otel.md's table, with
+`traces.jsonl` is read back through the official protobuf messages (`otel_support.parse_line`:
+`json_format.Parse` into `ExportTraceServiceRequest`, refusing unknown fields, after turning
+OTLP/JSON's hex ids into the bytes protobuf holds) and checked field by field against
+docs/otel.md's table, with
 the expected values taken from the journals through other readers (`Journals.entries`,
 `Journals.llm_calls`, the run's own entries).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.server
 import json
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
@@ -31,7 +30,7 @@ from kassette import explore as kx
 from kassette.testing import fake_model_server
 
 sys.path.insert(0, str(Path(__file__).parent))
-from otel_support import DRAFT, MODEL, RUNS, attrs, populate
+from otel_support import DRAFT, MODEL, RUNS, attrs, parse_line, populate
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -44,28 +43,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> LocalStorage:
     return storage
 
 
-def parse(line: str) -> ExportTraceServiceRequest:
-    """An OTLP/JSON line as the protobuf message: ids are hex in OTLP/JSON, base64 in
-    protobuf's own JSON mapping."""
-    found = json.loads(line)
-    for resource in found["resourceSpans"]:
-        for scope in resource["scopeSpans"]:
-            for span in scope.get("spans", []):
-                for item in (span, *span.get("links", [])):
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in item:
-                            assert len(item[key]) in (16, 32), item[key]
-                            raw = bytes.fromhex(item[key])
-                            item[key] = base64.b64encode(raw).decode()
-    return json_format.ParseDict(found, ExportTraceServiceRequest())
-
-
 def spans_of(path: Path) -> list[Span]:
     lines = path.read_text(encoding="utf-8").splitlines()
     assert lines
     spans = []
     for line in lines:
-        request = parse(line)
+        request = parse_line(line)
         (resource,) = request.resource_spans
         attributes = {kv.key: kv.value.string_value for kv in resource.resource.attributes}
         assert attributes["service.name"] == "kassette"
@@ -290,7 +273,7 @@ def test_a_fork_links_to_its_source_and_does_not_repeat_its_prefix(
 def test_include_content_adds_prompts_answers_and_results(store: LocalStorage) -> None:
     journals = kx.load(store, ["source"])
     found = kx.to_otlp(journals, include_content=True)
-    spans = list(parse(json.dumps(found)).resource_spans[0].scope_spans[0].spans)
+    spans = list(parse_line(json.dumps(found)).resource_spans[0].scope_spans[0].spans)
     calls = journals.llm_calls
     for span in spans:
         a = attrs(span)
@@ -324,7 +307,7 @@ def test_a_second_export_is_the_same_bytes_and_the_cli_writes_it(
 
 def test_to_otlp_of_nothing_and_of_memory_storage() -> None:
     empty = kx.to_otlp(kx.load(MemoryStorage()))
-    assert parse(json.dumps(empty)).resource_spans[0].scope_spans[0].spans == []
+    assert parse_line(json.dumps(empty)).resource_spans[0].scope_spans[0].spans == []
 
 
 class Collector(http.server.BaseHTTPRequestHandler):
@@ -374,7 +357,7 @@ def test_send_otlp_posts_protobuf_batches_with_the_headers(
         request = ExportTraceServiceRequest.FromString(body)
         spans.extend(request.resource_spans[0].scope_spans[0].spans)
     assert sent == {"runs": len(RUNS), "spans": len(spans), "requests": 3}
-    whole = parse(json.dumps(kx.to_otlp(journals))).resource_spans[0].scope_spans[0].spans
+    whole = parse_line(json.dumps(kx.to_otlp(journals))).resource_spans[0].scope_spans[0].spans
     assert sorted(s.SerializeToString() for s in spans) == sorted(
         s.SerializeToString() for s in whole
     )

@@ -9,7 +9,6 @@ base64), and every protobuf body `send_otlp` posts must equal those messages.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.server
 import json
@@ -20,10 +19,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from otel_support import attrs
+from otel_support import attrs, parse_line
 
 from kassette import LocalStorage, MemoryStorage, Storage
 from kassette import explore as kx
@@ -42,22 +40,6 @@ def write(storage: Storage, run_id: str, entries: list[dict[str, Any]]) -> None:
                 "timestamp": entry.pop("timestamp", stamp(offset))}  # fmt: skip
         lines.append(json.dumps(head | entry, separators=(",", ":")) + "\n")
     storage.append(run_id, "".join(lines).encode(), token=None)
-
-
-def parse_line(text: str) -> ExportTraceServiceRequest:
-    """`json_format.Parse` of an OTLP/JSON line (refusing unknown fields), its hex ids turned
-    into protobuf JSON's base64 first."""
-    found = json.loads(text)
-    for resource in found["resourceSpans"]:
-        for scope in resource["scopeSpans"]:
-            for span in scope.get("spans", []):
-                for item in (span, *span.get("links", [])):
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in item:
-                            raw = bytes.fromhex(item[key])
-                            assert len(raw) in (8, 16)
-                            item[key] = base64.b64encode(raw).decode()
-    return json_format.Parse(json.dumps(found), ExportTraceServiceRequest())
 
 
 def spans_of(request: ExportTraceServiceRequest) -> list[Span]:
