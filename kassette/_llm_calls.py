@@ -243,9 +243,7 @@ def read_llm_call(entry: Mapping[str, Any]) -> LLMCall | None:
     """The model call a journal entry records, or None when it is not one (not a plain `step`
     entry, or a step whose result is no provider's response and which has no `call`). A
     `kind` of null is none, as the runs and entries frames read it."""
-    if entry.get("type") != "step" or entry.get("kind") not in (None, "step"):
-        return None
-    return read_llm_result(entry.get("result"), entry.get("call"))
+    return _read_step(entry, _expanded)
 
 
 def read_llm_fields(entry: Mapping[str, Any], text: str | None = None) -> LLMCall | None:
@@ -254,14 +252,15 @@ def read_llm_fields(entry: Mapping[str, Any], text: str | None = None) -> LLMCal
     joined (`kassette._model_streams.collapsed`), not written out an event each. What
     reads a store's calls as data (`kassette.explore`) reads them so. `text`: the entry's
     JSON text, when the caller has it (a stream with no NUL in it has no mark to look for)."""
+    nul_free = text is not None and "\\u0000" not in text
+    return _read_step(entry, functools.partial(_collapsed, nul_free=nul_free))
+
+
+def _read_step(entry: Mapping[str, Any], events: Callable[[Any], Any]) -> LLMCall | None:
+    """A plain `step` entry's model call (`read_llm_result` with `events`), else None."""
     if entry.get("type") != "step" or entry.get("kind") not in (None, "step"):
         return None
-    nul_free = text is not None and "\\u0000" not in text
-    return read_llm_result(
-        entry.get("result"),
-        entry.get("call"),
-        events=functools.partial(_collapsed, nul_free=nul_free),
-    )
+    return read_llm_result(entry.get("result"), entry.get("call"), events=events)
 
 
 def read_llm_result(

@@ -181,10 +181,7 @@ def _run_item(events: list[Any], varying: list[int]) -> list[Any]:
 
 
 def _run_events(item: list[Any], table: list[str], marked: bool) -> list[Any]:
-    template, count, paths, columns = item
-    if marked:
-        template = _unmarked(template, table)
-        columns = [_unmarked(c, table) if isinstance(c, list) else c for c in columns]
+    template, count, paths, columns = _unmarked_run(item, table, marked)
     build = _builder(template)
     at = [tuple(path) for path in paths]
     events = []
@@ -195,6 +192,15 @@ def _run_events(item: list[Any], table: list[str], marked: bool) -> list[Any]:
             _set(event, path, value)
         events.append(event)
     return events
+
+
+def _unmarked_run(item: list[Any], table: list[str], marked: bool) -> list[Any]:
+    """A run item `[template, count, paths, columns]` with its marked strings written out."""
+    template, count, paths, columns = item
+    if not marked:
+        return item
+    columns = [_unmarked(c, table) if isinstance(c, list) else c for c in columns]
+    return [_unmarked(template, table), count, paths, columns]
 
 
 def _builder(value: Any) -> Callable[[], Any]:
@@ -228,9 +234,7 @@ def _joined_event(item: list[Any], table: list[str], marked: bool) -> dict[str, 
         return None
     if not (isinstance(paths, list) and isinstance(columns, list) and len(paths) == len(columns)):
         return None
-    if marked:
-        template = _unmarked(template, table)
-        columns = [_unmarked(c, table) if isinstance(c, list) else c for c in columns]
+    template, count, paths, columns = _unmarked_run(item, table, marked)
     texts: list[str] | None = None
     where: list[Any] = []
     for path, column in zip(paths, columns, strict=True):

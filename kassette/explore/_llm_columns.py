@@ -155,10 +155,11 @@ def _read(values: pa.Array, likely: npt.NDArray[np.int64], texts: bool) -> Colum
     table = pa.concat_tables([part[1] for part in parts])
     field = _fields(table.column("result").combine_chunks())
     called = _fields(table.column("call").combine_chunks())
-    called["model"] = _fields(called["request"])["model"]
     if calls is not None:  # the calls decoded in Python; one Arrow saw is one not decoded
         unseen = pc.is_null(called["provider"]).to_numpy(zero_copy_only=False)
         called = calls.columns(at)
+    else:
+        called["model"] = _fields(called["request"])["model"]
     shape_provider = _shape_provider(field)
     recorded = pc.and_(pc.is_valid(called["provider"]), pc.is_valid(called["method"]))
     step = pc.fill_null(pc.equal(table.column("kind").combine_chunks(), "step"), True)
@@ -298,12 +299,13 @@ def _without_calls(values: pa.Array, rows: npt.NDArray[np.int64]) -> tuple[pa.Ar
     lines: list[str] = []
     found: list[tuple[str, str, str | None, str | None, str] | None] = []
     for row, text in zip(rows.tolist(), values.take(pa.array(rows)).to_pylist(), strict=True):
-        if not _call_keys(text):
+        keys = _call_keys(text)
+        if not keys:
             kept.append(row)
             lines.append(text)
             found.append(None)
             continue
-        call = recorded_request(text)
+        call = _recorded(text, keys)
         if call is None:
             continue
         start, end = call[4], call[5]
@@ -483,7 +485,11 @@ def recorded_request(text: str) -> tuple[str, str, dict[str, Any], str, int, int
     The `call` key must occur once, with `provider`, `method` and `request` in that order and
     nothing after them; the request is decoded from where it starts, and its text is what
     the decoder read."""
-    keys = _call_keys(text)
+    return _recorded(text, _call_keys(text))
+
+
+def _recorded(text: str, keys: list[int]) -> tuple[str, str, dict[str, Any], str, int, int] | None:
+    """`recorded_request(text)`, given where its `call` keys are (`_call_keys`)."""
     if len(keys) != 1 or text[keys[0] + 6] != ":":
         return None
     at = keys[0]
